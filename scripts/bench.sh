@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Runs droce's benchmarks on a release build and prints their tables, each
+# with the baseline it is compared against measured in the same run.
+#   scripts/bench.sh [seconds-per-case]
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+source "$here/setup.sh"
+droce_install_packages
+droce_build build --buildtype=release >/dev/null
+"$DROCE_ROOT/build/test/bench/bench_wire" "${1:-0.5}"

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Installs what droce needs on Debian 12 (idempotent), reserves hugepages with
+# DPDK's own dpdk-hugepages.py and configures the builds. Sourced by demo.sh and
+# test.sh; safe to run by itself.
+set -euo pipefail
+
+DROCE_PACKAGES=(
+  meson ninja-build pkg-config g++ clang libclang-rt-14-dev python3
+  dpdk dpdk-dev libdpdk-dev libnuma-dev libibverbs-dev ibverbs-utils perftest
+  libspdlog-dev libfmt-dev catch2 libtomlplusplus-dev libcli11-dev libpcap-dev zlib1g-dev
+  tshark iproute2 procps
+)
+
+droce_install_packages() {
+  local missing=()
+  for p in "${DROCE_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if ((${#missing[@]})); then
+    echo "setup: installing ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    # tshark asks whether non-root users may capture; answer no.
+    echo "wireshark-common wireshark-common/install-setuid boolean false" | debconf-set-selections
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  fi
+}
+
+droce_hugepages() {
+  # 1 GiB of 2 MiB pages, mounted; DPDK's own tool does both.
+  local have
+  have=$(cat /proc/sys/vm/nr_hugepages 2>/dev/null || echo 0)
+  if [ "${have:-0}" -lt 512 ] || ! grep -q hugetlbfs /proc/mounts; then
+    dpdk-hugepages.py -p 2M --setup 1G || echo "setup: warning: could not reserve hugepages" >&2
+  fi
+}
+
+# droce_build DIR [meson options...]: configure (once) and build.
+droce_build() {
+  local dir=$1
+  shift
+  if [ ! -f "$DROCE_ROOT/$dir/build.ninja" ]; then
+    meson setup "$DROCE_ROOT/$dir" "$DROCE_ROOT" "$@" >/dev/null
+  fi
+  ninja -C "$DROCE_ROOT/$dir" ${DROCE_JOBS:+-j "$DROCE_JOBS"}
+}
+
+DROCE_ROOT=${DROCE_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
+
+if [ "${BASH_SOURCE[0]}" = "$0" ]; then
+  droce_install_packages
+  droce_hugepages
+  droce_build build --buildtype=release
+fi

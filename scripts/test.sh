@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Runs every droce test on this machine (Debian 12, as root): installs what is
+# missing, reserves hugepages, builds release and sanitizer (ASan+UBSan) builds,
+# runs the unit/protocol/golden suites in both, the parser fuzzer for a bounded
+# time, and the integration suites. Ends with one line: "N passed, N failed".
+#   scripts/test.sh [--quick]     --quick: release build only, no fuzzing
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+source "$here/setup.sh"
+quick=0
+[ "${1:-}" = "--quick" ] && quick=1
+
+droce_install_packages
+droce_hugepages
+
+PASSED=0
+FAILED=0
+FAILED_NAMES=()
+add() {  # add NAME PASSED FAILED
+  PASSED=$((PASSED + $2))
+  FAILED=$((FAILED + $3))
+  if [ "$3" -gt 0 ]; then FAILED_NAMES+=("$1"); fi
+  echo "== $1: $2 passed, $3 failed"
+}
+
+# run_meson_tests NAME BUILDDIR [meson setup options]
+run_meson_tests() {
+  local name=$1 dir=$2
+  shift 2
+  echo "== building $name ($dir)"
+  if ! droce_build "$dir" "$@"; then
+    add "$name build" 0 1
+    return
+  fi
+  meson test -C "$DROCE_ROOT/$dir" --print-errorlogs --num-processes 2 >"$DROCE_ROOT/$dir/test-run.log" 2>&1
+  tail -n 25 "$DROCE_ROOT/$dir/test-run.log"
+  read -r p f < <(python3 "$here/count-tests.py" "$DROCE_ROOT/$dir/meson-logs/testlog.json")
+  add "$name" "$p" "$f"
+}
+
+run_meson_tests "release" build --buildtype=release
+if [ $quick -eq 0 ]; then
+  run_meson_tests "sanitizers" build-san --buildtype=debug -Db_sanitize=address,undefined -Db_lundef=false
+  echo "== fuzzing"
+  if bash "$here/fuzz.sh" "${DROCE_FUZZ_SECONDS:-60}"; then add "fuzz (parser)" 1 0; else add "fuzz (parser)" 0 1; fi
+fi
+
+echo
+if ((${#FAILED_NAMES[@]})); then echo "failed: ${FAILED_NAMES[*]}"; fi
+echo "$PASSED passed, $FAILED failed"
+[ "$FAILED" -eq 0 ]

@@ -1,0 +1,308 @@
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <vector>
+
+#include "wire/icrc.h"
+#include "wire/packet.h"
+
+using namespace droce::wire;
+
+namespace {
+
+Headers make_headers(uint8_t opcode, bool ipv6, bool vlan) {
+  Headers h;
+  h.l2.dst = {0x02, 0, 0, 0, 0, 0x02};
+  h.l2.src = {0x02, 0, 0, 0, 0, 0x01};
+  h.l2.vlan = vlan;
+  h.l2.vlan_tci = 0x2064;
+  h.l3.ipv6 = ipv6;
+  h.l3.tos = 0x6A;  // DSCP 26, ECT(0)
+  h.l3.ttl = 63;
+  h.l3.ip_id = 0x1234;
+  h.l3.ip_frag = ipv6 ? 0 : kIpv4FlagDF;
+  h.l3.flow_label = ipv6 ? 0xABCDE : 0;
+  if (ipv6) {
+    h.l3.src = {0xfd, 0x00, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+    h.l3.dst = {0xfd, 0x00, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2};
+  } else {
+    h.l3.src = gid_from_ipv4(0x0A4D0001);
+    h.l3.dst = gid_from_ipv4(0x0A4D0002);
+  }
+  h.l4.sport = 0xC123;
+  h.bth.opcode = opcode;
+  h.bth.se = true;
+  h.bth.pkey = 0xFFFF;
+  h.bth.resv8a = kBthBecn;
+  h.bth.dqpn = 0xABCDEF;
+  h.bth.ackreq = true;
+  h.bth.psn = 0xFFFFFE;
+  h.ext.reth = {0x1122334455667788ull, 0xA1B2C3D4, 4097};
+  h.ext.aeth = {0x1F, 0x123456};
+  h.ext.atomic = {0x1000, 0x55, 0xDEADBEEFCAFEF00Dull, 0x0102030405060708ull};
+  h.ext.atomic_orig = 0x8877665544332211ull;
+  h.ext.deth = {0x11111111, 0, 0x000011};
+  h.ext.imm = 0x11110000;
+  h.ext.ieth_rkey = 0x0800070F;
+  return h;
+}
+
+std::vector<uint8_t> pattern(size_t n) {
+  std::vector<uint8_t> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = static_cast<uint8_t>(i * 7 + 3);
+  return v;
+}
+
+// A valid RC SEND ONLY frame over IPv4 to mutate in the error tests.
+std::vector<uint8_t> good_frame(uint32_t payload = 13, bool ipv6 = false) {
+  const Headers h = make_headers(op::RC_SEND_ONLY, ipv6, false);
+  std::vector<uint8_t> f(frame_len(h, payload));
+  REQUIRE(build_frame(f, h, pattern(payload)) == f.size());
+  return f;
+}
+
+void fix_icrc(std::vector<uint8_t>& f, bool ipv6 = false) {
+  const size_t l3 = 14, ihl = ipv6 ? 40 : 20;
+  icrc_store(&f[f.size() - 4], icrc_compute({f.data() + l3, f.size() - 4 - l3}, ihl, ipv6));
+}
+void fix_ip_checksum(std::vector<uint8_t>& f) {
+  f[24] = f[25] = 0;
+  const uint16_t cs = ipv4_checksum(&f[14], 20);
+  f[24] = static_cast<uint8_t>(cs >> 8);
+  f[25] = static_cast<uint8_t>(cs);
+}
+ParseError parse(const std::vector<uint8_t>& f) {
+  PacketView v;
+  return parse_frame(f, v);
+}
+
+}  // namespace
+
+TEST_CASE("every opcode round-trips through build and parse, IPv4 and IPv6, with and without VLAN",
+          "[wire][packet]") {
+  int checked = 0;
+  for (int code = 0; code < 256; ++code) {
+    const auto& info = opcode_info(static_cast<uint8_t>(code));
+    if (!info.valid()) continue;
+    for (bool ipv6 : {false, true})
+      for (bool vlan : {false, true})
+        for (uint32_t plen : {0u, 1u, 2u, 3u, 4u, 256u, 1021u}) {
+          if (!(info.flags & kOpPayload) && plen != 0) continue;
+          // FIRST and MIDDLE packets carry a full MTU, a multiple of 4.
+          if (!(info.flags & kOpLast) && (plen & 3)) continue;
+          INFO(info.name << " ipv6=" << ipv6 << " vlan=" << vlan << " payload=" << plen);
+          const Headers h = make_headers(static_cast<uint8_t>(code), ipv6, vlan);
+          const auto payload = pattern(plen);
+          std::vector<uint8_t> f(frame_len(h, plen));
+          REQUIRE(build_frame(f, h, payload) == f.size());
+          PacketView v;
+          REQUIRE(parse_error_name(parse_frame(f, v)) == std::string("ok"));
+          CHECK(v.op == &info);
+          CHECK(v.payload_len == plen);
+          CHECK(std::memcmp(v.payload(), payload.data(), plen) == 0);
+          CHECK(v.h.bth.pad == ((info.flags & kOpPayload) ? pad_for(plen) : 0));
+          CHECK(v.h.bth.psn == 0xFFFFFE);
+          CHECK(v.h.bth.dqpn == 0xABCDEF);
+          CHECK(v.h.bth.becn());
+          CHECK(v.h.l3.src == h.l3.src);
+          CHECK(v.h.l3.dst == h.l3.dst);
+          CHECK(v.h.l3.ecn() == kEcnEct0);
+          CHECK(v.h.l2.vlan == vlan);
+          if (info.off_reth) CHECK(v.h.ext.reth.va == h.ext.reth.va);
+          if (info.off_reth) CHECK(v.h.ext.reth.len == 4097);
+          if (info.off_atomic) CHECK(v.h.ext.atomic.compare == h.ext.atomic.compare);
+          if (info.off_atomic) CHECK(v.h.ext.atomic.swap_add == h.ext.atomic.swap_add);
+          if (info.off_aeth) CHECK(v.h.ext.aeth.msn == 0x123456);
+          if (info.off_atomic_ack) CHECK(v.h.ext.atomic_orig == h.ext.atomic_orig);
+          if (info.off_deth) CHECK(v.h.ext.deth.sqpn == 0x11);
+          if (info.off_deth) CHECK(v.h.ext.deth.qkey == 0x11111111);
+          if (info.off_imm) CHECK(v.h.ext.imm == 0x11110000);
+          if (info.off_ieth) CHECK(v.h.ext.ieth_rkey == 0x0800070F);
+          // Rebuild from what was decoded: same bytes.
+          std::vector<uint8_t> again(f.size());
+          REQUIRE(build_frame(again, v.h, v.payload_span()) == f.size());
+          CHECK(again == f);
+          ++checked;
+        }
+  }
+  CHECK(checked > 38 * 4);
+}
+
+TEST_CASE("ICRC ignores the variant fields and covers everything else", "[wire][packet][icrc]") {
+  for (bool ipv6 : {false, true}) {
+    auto f = good_frame(64, ipv6);
+    PacketView v;
+    REQUIRE(parse_frame(f, v) == ParseError::Ok);
+    const uint32_t icrc = v.icrc;
+    // Changing TOS/ECN, TTL, UDP checksum or FECN/BECN does not change the ICRC
+    // (a switch may rewrite them).
+    auto g = f;
+    if (ipv6) {
+      g[14] = 0x6F; g[15] = 0xFF; g[16] = 0x12; g[17] = 0x34;  // traffic class + flow label
+      g[21] = 1;                                               // hop limit
+    } else {
+      g[15] = 0x03;  // ECN CE
+      g[22] = 1;     // TTL
+      fix_ip_checksum(g);
+    }
+    const size_t udp = 14 + (ipv6 ? 40 : 20);
+    g[udp + 6] = 0x12; g[udp + 7] = 0x34;
+    g[udp + 8 + 4] = 0x80;  // FECN
+    REQUIRE(parse_frame(g, v) == ParseError::Ok);
+    CHECK(v.icrc == icrc);
+    if (!ipv6) CHECK(v.h.l3.ecn() == kEcnCe);
+    // Changing the PSN, the P_Key or a payload byte does.
+    for (size_t off : {udp + 8 + 11, udp + 8 + 2, f.size() - 10}) {
+      auto b = f;
+      b[off] ^= 1;
+      CHECK(parse(b) == ParseError::IcrcMismatch);
+    }
+  }
+}
+
+TEST_CASE("parser errors are precise", "[wire][packet][errors]") {
+  const auto f = good_frame();
+  REQUIRE(parse(f) == ParseError::Ok);
+
+  SECTION("truncated at every length") {
+    for (size_t n = 0; n < f.size(); ++n) {
+      std::vector<uint8_t> t(f.begin(), f.begin() + static_cast<long>(n));
+      INFO("length " << n);
+      const auto e = parse(t);
+      CHECK(e != ParseError::Ok);
+    }
+    CHECK(parse(std::vector<uint8_t>(f.begin(), f.begin() + 13)) == ParseError::Truncated);
+    CHECK(parse(std::vector<uint8_t>(f.begin(), f.begin() + 30)) == ParseError::Truncated);
+  }
+  SECTION("not IP") {
+    auto g = f;
+    g[12] = 0x08; g[13] = 0x06;  // ARP
+    CHECK(parse(g) == ParseError::NotIp);
+  }
+  SECTION("bad IP version") {
+    auto g = f;
+    g[14] = 0x65;
+    CHECK(parse(g) == ParseError::BadIpVersion);
+  }
+  SECTION("bad IP header length") {
+    auto g = f;
+    g[14] = 0x44;
+    fix_ip_checksum(g);
+    CHECK(parse(g) == ParseError::BadIpHeaderLength);
+  }
+  SECTION("bad IP checksum") {
+    auto g = f;
+    g[24] ^= 0xFF;
+    CHECK(parse(g) == ParseError::BadIpChecksum);
+  }
+  SECTION("bad IP total length") {
+    auto g = f;
+    g[16] = 0; g[17] = 20;
+    fix_ip_checksum(g);
+    CHECK(parse(g) == ParseError::BadIpLength);
+    g[16] = 0xFF;
+    fix_ip_checksum(g);
+    CHECK(parse(g) == ParseError::Truncated);
+  }
+  SECTION("fragments") {
+    auto g = f;
+    g[20] = 0x20;  // MF
+    fix_ip_checksum(g);
+    CHECK(parse(g) == ParseError::Fragmented);
+  }
+  SECTION("not UDP") {
+    auto g = f;
+    g[23] = 6;  // TCP
+    fix_ip_checksum(g);
+    CHECK(parse(g) == ParseError::NotUdp);
+  }
+  SECTION("not port 4791") {
+    auto g = f;
+    g[36] = 0x12; g[37] = 0xB6;  // 4790
+    CHECK(parse(g) == ParseError::NotRocePort);
+  }
+  SECTION("UDP length does not match IP") {
+    auto g = f;
+    g[39] += 4;
+    CHECK(parse(g) == ParseError::BadUdpLength);
+  }
+  SECTION("BTH TVer") {
+    auto g = f;
+    g[43] |= 0x01;
+    fix_icrc(g);
+    CHECK(parse(g) == ParseError::BadBthVersion);
+  }
+  SECTION("unknown opcode") {
+    for (uint8_t code : {0x15, 0x18, 0x2C, 0x40, 0x60, 0x66, 0x80, 0xFF}) {
+      auto g = f;
+      g[42] = code;
+      fix_icrc(g);
+      CHECK(parse(g) == ParseError::UnknownOpcode);
+    }
+  }
+  SECTION("length does not match the opcode") {
+    // An ACK with payload bytes after the AETH.
+    auto g = f;
+    g[42] = op::RC_ACKNOWLEDGE;
+    g[43] &= 0xCF;  // pad 0
+    fix_icrc(g);
+    CHECK(parse(g) == ParseError::BadLength);
+    // A READ request too short for its RETH.
+    auto h = good_frame(0);
+    h[42] = op::RC_READ_REQUEST;
+    fix_icrc(h);
+    CHECK(parse(h) == ParseError::Truncated);
+  }
+  SECTION("pad count") {
+    auto g = good_frame(0);  // SEND ONLY, zero payload: pad 0
+    g[43] |= 0x30;           // pad 3 > 0 bytes of payload+pad
+    fix_icrc(g);
+    CHECK(parse(g) == ParseError::BadPadCount);
+    auto m = good_frame(16);
+    m[42] = op::RC_SEND_MIDDLE;  // a MIDDLE packet with a pad count
+    m[43] |= 0x10;
+    fix_icrc(m);
+    CHECK(parse(m) == ParseError::BadPadCount);
+    auto a = f;
+    a[42] = op::RC_ACKNOWLEDGE;  // an ACK that claims pad bytes
+    fix_icrc(a);
+    CHECK(parse(a) != ParseError::Ok);
+  }
+  SECTION("ICRC mismatch") {
+    auto g = f;
+    g[g.size() - 1] ^= 0x80;
+    CHECK(parse(g) == ParseError::IcrcMismatch);
+  }
+  SECTION("error names") {
+    for (int i = 0; i < static_cast<int>(ParseError::kCount); ++i)
+      CHECK(std::string(parse_error_name(static_cast<ParseError>(i))) != "unknown");
+  }
+}
+
+TEST_CASE("trailing Ethernet padding is ignored", "[wire][packet]") {
+  auto f = good_frame(0);
+  const size_t n = f.size();
+  f.resize(n + 10, 0);
+  PacketView v;
+  REQUIRE(parse_frame(f, v) == ParseError::Ok);
+  CHECK(v.frame_len == n);
+}
+
+TEST_CASE("builder refuses a buffer that is too small or an invalid opcode", "[wire][packet]") {
+  Headers h = make_headers(op::RC_WRITE_ONLY, false, false);
+  std::vector<uint8_t> small(frame_len(h, 100) - 1);
+  CHECK(build_frame(small, h, pattern(100)) == 0);
+  h.bth.opcode = 0x15;
+  std::vector<uint8_t> big(2048);
+  CHECK(build_frame(big, h, pattern(100)) == 0);
+}
+
+TEST_CASE("CNP has 16 reserved bytes and no payload", "[wire][packet]") {
+  Headers h = make_headers(op::CNP, false, false);
+  std::vector<uint8_t> f(frame_len(h, 0));
+  REQUIRE(build_frame(f, h, {}) == f.size());
+  CHECK(f.size() == 14 + 20 + 8 + 12 + 16 + 4);
+  PacketView v;
+  REQUIRE(parse_frame(f, v) == ParseError::Ok);
+  CHECK((v.op->flags & kOpCnp));
+}
