@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# droce-netd on a net_af_packet port bound to one end of a veth pair, inside a
+# network namespace of its own; the kernel on the other end pings it (IPv4
+# and IPv6), arpings it, and is resolved by it. All traffic stays inside the
+# namespace; the namespace is removed on every exit path.
+#   netns_ping.sh PATH/TO/droce-netd
+set -euo pipefail
+netd=$1
+ns=droce-t-$$
+tmp=$(mktemp -d)
+pid=
+fails=0
+
+cleanup() {
+  if [ -n "$pid" ]; then kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi
+  ip netns del "$ns" 2>/dev/null || true
+  rm -rf "$tmp"
+}
+trap cleanup EXIT INT TERM
+
+if ! ip netns add "$ns" 2>/dev/null; then echo "SKIP: cannot create network namespaces"; exit 77; fi
+in_ns() { ip netns exec "$ns" "$@"; }
+ip -n "$ns" link add vk type veth peer name vd
+ip -n "$ns" link set lo up
+# The DPDK end (vd) has no kernel addresses: droce-netd is that host.
+in_ns sysctl -qw net.ipv6.conf.vd.disable_ipv6=1
+ip -n "$ns" link set vd up
+ip -n "$ns" addr add 10.99.0.1/24 dev vk
+ip -n "$ns" addr add fd00:99::1/64 dev vk nodad
+ip -n "$ns" link set vk up
+vk_mac=$(ip -n "$ns" -br link show vk | awk '{print $3}')
+vd_mac=$(ip -n "$ns" -br link show vd | awk '{print $3}')
+
+# Started directly (not through a shell function) so $pid is timeout's pid
+# ("ip netns exec" execs it) and SIGTERM reaches droce-netd through it.
+ip netns exec "$ns" timeout -k 5 60 "$netd" --device net_af_packet0,iface=vd --ip 10.99.0.2 --ip6 fd00:99::2 \
+  --resolve 10.99.0.1 --resolve fd00:99::1 --duration 40 -- --log-level=lib.eal:error >"$tmp/netd.log" 2>&1 &
+pid=$!
+for _ in $(seq 1 100); do
+  grep -q '^ready' "$tmp/netd.log" && break
+  kill -0 "$pid" 2>/dev/null || break
+  sleep 0.1
+done
+if ! grep -q '^ready' "$tmp/netd.log"; then cat "$tmp/netd.log"; echo "FAIL: droce-netd did not start"; exit 1; fi
+
+check() {  # check NAME COMMAND...
+  if "${@:2}" >"$tmp/out" 2>&1; then echo "ok: $1"; else echo "FAIL: $1"; cat "$tmp/out"; fails=$((fails + 1)); fi
+}
+# Flush the kernel's neighbour entries first (droce-netd's own ARP/NS may have
+# taught it our MAC), so its pings must resolve us through our ARP/NA answers.
+ip -n "$ns" neigh flush dev vk
+check "ping 10.99.0.2" in_ns ping -c 3 -i 0.2 -W 2 10.99.0.2
+check "arping 10.99.0.2" in_ns arping -c 2 -w 5 -I vk 10.99.0.2
+cp "$tmp/out" "$tmp/arping.out"
+check "arping answer comes from the DPDK port's MAC" grep -qi "$vd_mac" "$tmp/arping.out"
+check "kernel ARP entry holds the DPDK port's MAC" bash -c "ip -n $ns neigh show 10.99.0.2 | grep -qi $vd_mac"
+ip -n "$ns" -6 neigh flush dev vk
+check "ping -6 fd00:99::2" in_ns ping -6 -c 3 -i 0.2 -W 2 fd00:99::2
+check "kernel ND entry holds the DPDK port's MAC" bash -c "ip -n $ns -6 neigh show fd00:99::2 | grep -qi $vd_mac"
+check "large ping (1400 B)" in_ns ping -c 2 -i 0.2 -W 2 -s 1400 10.99.0.2
+check "no answer for an address that is not ours" bash -c "! ip netns exec $ns ping -c 1 -W 1 10.99.0.3"
+# droce-netd resolved the kernel side by ARP and by ND.
+for _ in $(seq 1 50); do
+  [ "$(grep -c '^resolved' "$tmp/netd.log")" -ge 2 ] && break
+  sleep 0.1
+done
+check "droce-netd resolved 10.99.0.1 by ARP" grep -qi "^resolved 10.99.0.1 at $vk_mac" "$tmp/netd.log"
+check "droce-netd resolved fd00:99::1 by ND" grep -qi "^resolved fd00:99::1 at $vk_mac" "$tmp/netd.log"
+
+kill -TERM "$pid"
+wait "$pid" && rc=0 || rc=$?
+pid=
+check "droce-netd exits cleanly on SIGTERM" test "$rc" -eq 0
+stat() { awk -v k="$1" '$1 == "stat" && $2 == k {print $3}' "$tmp/netd.log"; }
+check "echo replies counted (>= 5)" test "$(stat echo_replies_sent)" -ge 5
+check "ICMPv6 echo replies counted (>= 3)" test "$(stat echo6_replies_sent)" -ge 3
+check "ARP replies counted (>= 2)" test "$(stat arp_replies_sent)" -ge 2
+check "neighbour advertisements counted (>= 1)" test "$(stat na_sent)" -ge 1
+check "frame to 10.99.0.3 dropped as not ours" grep -q "^drop arp_not_for_us" "$tmp/netd.log"
+grep -E '^(stat|drop|queue|port|neigh)' "$tmp/netd.log" | sed 's/^/  /'
+if [ "$fails" -ne 0 ]; then cat "$tmp/netd.log"; echo "$fails checks failed"; exit 1; fi
+echo "all checks passed"
