@@ -1,0 +1,137 @@
+// droce/config: the daemon's config file (TOML, parsed with toml++).
+//
+// load_config_file() / parse_config() read, check and complete a config: every
+// key is typed and range-checked, unknown keys are rejected, and cross-section
+// rules (queue ownership, unique names, path MTU vs. port MTU) are enforced.
+// Any problem throws ConfigError whose what() names the key and the value:
+//     config: port[1].mtu: 70000 is out of range 256..9000
+// The defaults are the values the structs below are initialised with; the
+// commented example config/droced.toml shows every key.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace droce::config {
+
+class ConfigError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct EalConfig {
+  std::vector<std::string> args;  // passed to rte_eal_init() as is
+  std::string lcores;             // "-l"/"--lcores" value, e.g. "0,1" or "(0-3)@(0-1)"; empty = EAL default
+  std::optional<uint32_t> main_lcore;
+};
+
+struct Ipv4Prefix {
+  std::array<uint8_t, 4> addr{};
+  uint8_t prefix = 32;
+};
+
+struct Ipv6Prefix {
+  std::array<uint8_t, 16> addr{};
+  uint8_t prefix = 128;
+};
+
+// Probabilities in [0, 1], applied per packet by the port's fault injector.
+struct FaultRates {
+  double drop = 0;
+  double duplicate = 0;
+  double reorder = 0;
+  double corrupt = 0;
+  bool any() const { return drop > 0 || duplicate > 0 || reorder > 0 || corrupt > 0; }
+};
+
+struct FaultConfig {
+  FaultRates rx;
+  FaultRates tx;
+  uint64_t seed = 1;
+};
+
+struct PortConfig {
+  std::string name;     // unique; referenced by [[core]] and droce-ctl
+  std::string device;   // DPDK device: vdev args ("net_af_packet0,iface=veth0") or PCI address
+  uint16_t rx_queues = 1;
+  uint16_t tx_queues = 1;
+  uint32_t mtu = 1500;  // IP MTU of the port
+  std::optional<std::array<uint8_t, 6>> mac;  // empty: the device's own
+  std::vector<Ipv4Prefix> ipv4;
+  std::vector<Ipv6Prefix> ipv6;
+  std::optional<uint16_t> vlan;  // 802.1Q VLAN id 1..4094
+  uint8_t vlan_pcp = 0;          // 802.1p priority 0..7 (only with vlan)
+  uint8_t dscp = 0;              // DSCP of RoCEv2 packets 0..63
+  bool ecn = true;               // mark RoCEv2 packets ECN-capable (ECT(0))
+  FaultConfig fault;
+};
+
+// One rx (and tx) queue of one port, owned by one core.
+struct QueueRef {
+  uint32_t port = 0;  // index into Config::ports
+  uint16_t rx = 0;
+  uint16_t tx = 0;
+};
+
+struct CoreConfig {
+  uint32_t lcore = 0;
+  std::vector<QueueRef> queues;
+};
+
+struct RoceConfig {
+  uint32_t path_mtu = 1024;  // IB MTU: 256, 512, 1024, 2048 or 4096
+  uint32_t max_qps = 1024;
+  uint32_t max_mrs = 1024;
+  uint64_t mr_memory_mb = 256;  // hugepage memory for memory regions
+};
+
+struct ControlConfig {
+  std::string socket = "/run/droce/droced.sock";
+  uint32_t mode = 0660;            // permission bits of the socket file
+  std::string group;               // owning group of the socket; its members may connect
+  std::optional<uint32_t> gid;     // resolved from group at load time
+  uint32_t max_request = 65536;    // bytes per request line
+  uint32_t max_clients = 16;
+  uint32_t idle_timeout_ms = 30000;
+};
+
+struct LogConfig {
+  std::string level = "info";  // trace, debug, info, warn, error, critical, off
+  std::string file;            // empty: stderr
+};
+
+struct Config {
+  std::string source;  // file name (or "<string>")
+  EalConfig eal;
+  std::vector<PortConfig> ports;
+  std::vector<CoreConfig> cores;  // when absent from the file: derived, see derive_cores()
+  bool cores_derived = false;
+  RoceConfig roce;
+  ControlConfig control;
+  LogConfig log;
+
+  const PortConfig* find_port(std::string_view name) const;
+};
+
+// Parses TOML text; `source` names it in messages. Throws ConfigError.
+Config parse_config(std::string_view text, std::string_view source = "<string>");
+// Reads and parses a file. Throws ConfigError (also when the file cannot be read).
+Config load_config_file(const std::string& path);
+
+// Largest IB MTU (256..4096) whose RoCEv2 packets fit in an IP MTU, or 0 when
+// none fits; the same headroom Linux uses (iboe_get_mtu: GRH/IP + UDP + BTH +
+// the largest extension headers + ICRC = 96 bytes).
+uint32_t ib_mtu_for_ip_mtu(uint32_t ip_mtu);
+
+std::string format_ipv4(const Ipv4Prefix& p);
+std::string format_ipv6(const Ipv6Prefix& p);
+std::string format_mac(const std::array<uint8_t, 6>& m);
+
+bool valid_log_level(std::string_view level);
+
+}  // namespace droce::config

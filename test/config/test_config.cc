@@ -1,0 +1,333 @@
+// lib/config: good configs parse to the right values; each kind of bad config
+// is rejected with a message that names the key and the value.
+#include <catch2/catch.hpp>
+
+#include <string>
+
+#include "config/config.h"
+
+using droce::config::Config;
+using droce::config::ConfigError;
+using droce::config::parse_config;
+
+namespace {
+
+const std::string kPort = R"(
+[[port]]
+name = "p0"
+device = "net_af_packet0,iface=veth0"
+ipv4 = ["10.0.0.1/24"]
+)";
+
+// Returns the ConfigError message parsing `text` throws (fails the test if none).
+std::string error_of(const std::string& text) {
+  try {
+    parse_config(text, "t.toml");
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  FAIL("expected a ConfigError for:\n" << text);
+  return {};
+}
+
+}  // namespace
+
+TEST_CASE("minimal config gets the documented defaults", "[config]") {
+  Config c = parse_config(kPort);
+  REQUIRE(c.ports.size() == 1);
+  const auto& p = c.ports[0];
+  CHECK(p.name == "p0");
+  CHECK(p.device == "net_af_packet0,iface=veth0");
+  CHECK(p.rx_queues == 1);
+  CHECK(p.tx_queues == 1);
+  CHECK(p.mtu == 1500);
+  CHECK_FALSE(p.mac.has_value());
+  REQUIRE(p.ipv4.size() == 1);
+  CHECK(droce::config::format_ipv4(p.ipv4[0]) == "10.0.0.1/24");
+  CHECK_FALSE(p.vlan.has_value());
+  CHECK(p.dscp == 0);
+  CHECK(p.ecn);
+  CHECK_FALSE(p.fault.rx.any());
+  CHECK_FALSE(p.fault.tx.any());
+  CHECK(c.roce.path_mtu == 1024);
+  CHECK(c.roce.max_qps == 1024);
+  CHECK(c.control.socket == "/run/droce/droced.sock");
+  CHECK(c.control.mode == 0660);
+  CHECK(c.control.max_request == 65536);
+  CHECK(c.log.level == "info");
+  CHECK(c.log.file.empty());
+  // Derived cores: core 0 on lcore 0 owning queue 0.
+  CHECK(c.cores_derived);
+  REQUIRE(c.cores.size() == 1);
+  CHECK(c.cores[0].lcore == 0);
+  REQUIRE(c.cores[0].queues.size() == 1);
+  CHECK(c.cores[0].queues[0].port == 0);
+  CHECK(c.cores[0].queues[0].rx == 0);
+}
+
+TEST_CASE("full config: every section read", "[config]") {
+  Config c = parse_config(R"(
+[eal]
+args = ["--in-memory", "--no-pci"]
+lcores = "0,1"
+main_lcore = 0
+
+[[port]]
+name = "p0"
+device = "0000:3b:00.0"
+rx_queues = 2
+tx_queues = 2
+mtu = 9000
+mac = "02:AA:bb:00:00:01"
+ipv4 = ["10.0.0.1/24", "10.0.1.1"]
+ipv6 = ["fd00::1/64"]
+vlan = 100
+vlan_pcp = 5
+dscp = 26
+ecn = false
+[port.fault]
+seed = 42
+[port.fault.rx]
+drop = 0.01
+duplicate = 0.02
+reorder = 0.03
+corrupt = 0.04
+[port.fault.tx]
+drop = 1
+
+[[port]]
+name = "p1"
+device = "net_memif0,role=server"
+mtu = 9000
+ipv6 = ["fd00:1::1/64"]
+
+[[core]]
+lcore = 0
+queues = [{ port = "p0", rx = 0 }, { port = "p1", rx = 0 }]
+[[core]]
+lcore = 1
+queues = [{ port = "p0", rx = 1, tx = 1 }]
+
+[roce]
+path_mtu = 4096
+max_qps = 4096
+max_mrs = 512
+mr_memory_mb = 1024
+
+[control]
+socket = "/tmp/x/droced.sock"
+mode = "0600"
+group = "root"
+max_request = 4096
+max_clients = 4
+idle_timeout_ms = 1000
+
+[log]
+level = "debug"
+file = "/tmp/droced.log"
+)");
+  CHECK(c.eal.args == std::vector<std::string>{"--in-memory", "--no-pci"});
+  CHECK(c.eal.lcores == "0,1");
+  CHECK(c.eal.main_lcore == 0u);
+  REQUIRE(c.ports.size() == 2);
+  const auto& p = c.ports[0];
+  CHECK(p.mtu == 9000);
+  REQUIRE(p.mac.has_value());
+  CHECK(droce::config::format_mac(*p.mac) == "02:aa:bb:00:00:01");
+  REQUIRE(p.ipv4.size() == 2);
+  CHECK(droce::config::format_ipv4(p.ipv4[1]) == "10.0.1.1/32");
+  REQUIRE(p.ipv6.size() == 1);
+  CHECK(droce::config::format_ipv6(p.ipv6[0]) == "fd00::1/64");
+  CHECK(p.vlan == uint16_t{100});
+  CHECK(p.vlan_pcp == 5);
+  CHECK(p.dscp == 26);
+  CHECK_FALSE(p.ecn);
+  CHECK(p.fault.seed == 42);
+  CHECK(p.fault.rx.drop == Approx(0.01));
+  CHECK(p.fault.rx.duplicate == Approx(0.02));
+  CHECK(p.fault.rx.reorder == Approx(0.03));
+  CHECK(p.fault.rx.corrupt == Approx(0.04));
+  CHECK(p.fault.tx.drop == 1.0);
+  CHECK(p.fault.tx.corrupt == 0.0);
+  CHECK(c.find_port("p1") == &c.ports[1]);
+  CHECK(c.find_port("p2") == nullptr);
+  CHECK_FALSE(c.cores_derived);
+  REQUIRE(c.cores.size() == 2);
+  CHECK(c.cores[0].queues.size() == 2);
+  CHECK(c.cores[0].queues[1].port == 1);
+  CHECK(c.cores[1].lcore == 1);
+  CHECK(c.cores[1].queues[0].tx == 1);
+  CHECK(c.roce.path_mtu == 4096);
+  CHECK(c.roce.mr_memory_mb == 1024);
+  CHECK(c.control.mode == 0600);
+  CHECK(c.control.gid == 0u);
+  CHECK(c.control.max_clients == 4);
+  CHECK(c.log.level == "debug");
+  CHECK(c.log.file == "/tmp/droced.log");
+}
+
+TEST_CASE("the shipped example configs are valid", "[config]") {
+  for (const char* name : {"droced.toml", "node-a.toml", "node-b.toml"}) {
+    INFO(name);
+    Config c = droce::config::load_config_file(std::string(DROCE_CONFIG_DIR) + "/" + name);
+    CHECK_FALSE(c.ports.empty());
+    CHECK_FALSE(c.cores.empty());
+  }
+  Config a = droce::config::load_config_file(std::string(DROCE_CONFIG_DIR) + "/node-a.toml");
+  Config b = droce::config::load_config_file(std::string(DROCE_CONFIG_DIR) + "/node-b.toml");
+  CHECK(a.control.socket != b.control.socket);
+  CHECK(droce::config::format_ipv4(a.ports[0].ipv4[0]) != droce::config::format_ipv4(b.ports[0].ipv4[0]));
+}
+
+TEST_CASE("mode as an octal integer", "[config]") {
+  Config c = parse_config(kPort + "[control]\nmode = 0o640\n");
+  CHECK(c.control.mode == 0640);
+}
+
+TEST_CASE("derived cores: one per queue index", "[config]") {
+  Config c = parse_config(R"(
+[[port]]
+name = "a"
+device = "net_null0"
+ipv4 = ["10.0.0.1/24"]
+rx_queues = 3
+tx_queues = 3
+[[port]]
+name = "b"
+device = "net_null1"
+ipv4 = ["10.0.1.1/24"]
+)");
+  REQUIRE(c.cores.size() == 3);
+  CHECK(c.cores[0].queues.size() == 2);
+  CHECK(c.cores[1].queues.size() == 1);
+  CHECK(c.cores[2].lcore == 2);
+  CHECK(c.cores[2].queues[0].rx == 2);
+}
+
+TEST_CASE("IB MTU derived from the IP MTU like Linux", "[config]") {
+  using droce::config::ib_mtu_for_ip_mtu;
+  CHECK(ib_mtu_for_ip_mtu(1500) == 1024);
+  CHECK(ib_mtu_for_ip_mtu(9000) == 4096);
+  CHECK(ib_mtu_for_ip_mtu(4200) == 4096);
+  CHECK(ib_mtu_for_ip_mtu(4191) == 2048);
+  CHECK(ib_mtu_for_ip_mtu(352) == 256);
+  CHECK(ib_mtu_for_ip_mtu(351) == 0);
+}
+
+TEST_CASE("bad TOML syntax names file, line and column", "[config][bad]") {
+  std::string e = error_of("[[port]]\nname = \"p0\n");
+  CHECK_THAT(e, Catch::StartsWith("config: t.toml:2:"));
+}
+
+TEST_CASE("unknown keys are rejected wherever they are", "[config][bad]") {
+  CHECK_THAT(error_of(kPort + "[bogus]\nx = 1\n"), Catch::Contains("config: bogus: unknown key"));
+  CHECK_THAT(error_of(kPort + "mtuu = 1500\n"), Catch::Contains("config: port[0].mtuu: unknown key"));
+  CHECK_THAT(error_of(kPort + "[port.fault]\nsed = 1\n"), Catch::Contains("port[0].fault.sed: unknown key"));
+  CHECK_THAT(error_of(kPort + "[port.fault.rx]\ndrp = 0.1\n"), Catch::Contains("port[0].fault.rx.drp: unknown key"));
+  CHECK_THAT(error_of(kPort + "[roce]\npathmtu = 1024\n"), Catch::Contains("roce.pathmtu: unknown key"));
+  CHECK_THAT(error_of(kPort + "[control]\nsock = \"/x\"\n"), Catch::Contains("control.sock: unknown key"));
+  CHECK_THAT(error_of(kPort + "[log]\nlvl = \"info\"\n"), Catch::Contains("log.lvl: unknown key"));
+  CHECK_THAT(error_of(kPort + "[eal]\narg = []\n"), Catch::Contains("eal.arg: unknown key"));
+  CHECK_THAT(error_of(kPort + "[[core]]\nlcore = 0\nqueues = [{ port = \"p0\", rx = 0, q = 1 }]\n"),
+             Catch::Contains("core[0].queues[0].q: unknown key"));
+  // The message lists the keys that are valid there and the line.
+  CHECK_THAT(error_of(kPort + "mtuu = 1500\n"), Catch::Contains("mtu") && Catch::Contains("t.toml line 6"));
+}
+
+TEST_CASE("out-of-range values name key, value and range", "[config][bad]") {
+  CHECK(error_of(kPort + "[[port]]\nname = \"p1\"\ndevice = \"d\"\nipv4 = [\"10.0.1.1\"]\nmtu = 70000\n")
+            .rfind("config: port[1].mtu: 70000 is out of range 256..9000", 0) == 0);
+  CHECK_THAT(error_of(kPort + "rx_queues = 0\n"), Catch::Contains("port[0].rx_queues: 0 is out of range 1..64"));
+  CHECK_THAT(error_of(kPort + "dscp = 64\n"), Catch::Contains("port[0].dscp: 64 is out of range 0..63"));
+  CHECK_THAT(error_of(kPort + "vlan = 4095\n"), Catch::Contains("port[0].vlan: 4095 is out of range 1..4094"));
+  CHECK_THAT(error_of(kPort + "vlan_pcp = 3\n"), Catch::Contains("port[0].vlan_pcp: is set but vlan is not"));
+  CHECK_THAT(error_of(kPort + "[port.fault.tx]\ncorrupt = 1.5\n"),
+             Catch::Contains("port[0].fault.tx.corrupt: 1.5 is out of range 0..1"));
+  CHECK_THAT(error_of(kPort + "[port.fault.rx]\ndrop = nan\n"), Catch::Contains("port[0].fault.rx.drop: nan"));
+  CHECK_THAT(error_of(kPort + "[roce]\nmax_qps = 0\n"), Catch::Contains("roce.max_qps: 0 is out of range"));
+  CHECK_THAT(error_of(kPort + "[roce]\npath_mtu = 1500\n"),
+             Catch::Contains("roce.path_mtu: 1500 is not an IB MTU"));
+  CHECK_THAT(error_of(kPort + "[control]\nmax_clients = 0\n"), Catch::Contains("control.max_clients: 0 is out of range"));
+  CHECK_THAT(error_of(kPort + "[control]\nmode = \"1777\"\n"), Catch::Contains("control.mode: 01777 is out of range"));
+  CHECK_THAT(error_of(kPort + "[eal]\nmain_lcore = 128\n"), Catch::Contains("eal.main_lcore: 128 is out of range 0..127"));
+}
+
+TEST_CASE("wrong types name the expected and the actual type", "[config][bad]") {
+  CHECK_THAT(error_of(kPort + "mtu = \"1500\"\n"),
+             Catch::Contains("port[0].mtu: expected an integer, got a string"));
+  CHECK_THAT(error_of(kPort + "ecn = 1\n"), Catch::Contains("port[0].ecn: expected a boolean, got an integer"));
+  CHECK_THAT(error_of(kPort + "[port.fault.rx]\ndrop = \"x\"\n"),
+             Catch::Contains("port[0].fault.rx.drop: expected a number, got a string"));
+  CHECK_THAT(error_of(kPort + "[eal]\nargs = [\"a\", 1]\n"), Catch::Contains("eal.args[1]: expected a string, got an integer"));
+  CHECK_THAT(error_of("roce = 5\n" + kPort), Catch::Contains("roce: expected a table, got an integer"));
+  CHECK_THAT(error_of("[port]\nname = \"p0\"\n"), Catch::Contains("port: expected an array of tables ([[port]])"));
+  CHECK_THAT(error_of(kPort + "[control]\nmode = true\n"), Catch::Contains("control.mode: expected an octal string"));
+  CHECK_THAT(error_of(kPort + "[control]\nmode = \"rw\"\n"), Catch::Contains("control.mode: \"rw\" is not an octal mode"));
+}
+
+TEST_CASE("bad values in strings: addresses, names, levels, paths", "[config][bad]") {
+  const std::string head = "[[port]]\nname = \"p0\"\ndevice = \"d\"\n";
+  CHECK_THAT(error_of(head + "ipv4 = [\"10.0.0.300/24\"]\n"),
+             Catch::Contains("port[0].ipv4[0]: \"10.0.0.300/24\" is not an IPv4 address"));
+  CHECK_THAT(error_of(head + "ipv4 = [\"10.0.0.1/33\"]\n"),
+             Catch::Contains("port[0].ipv4[0]: prefix length 33 is out of range 1..32"));
+  CHECK_THAT(error_of(head + "ipv4 = [\"10.0.0.1/x\"]\n"), Catch::Contains("bad prefix length"));
+  CHECK_THAT(error_of(head + "ipv6 = [\"fd00::1/129\"]\n"), Catch::Contains("port[0].ipv6[0]: prefix length 129"));
+  CHECK_THAT(error_of(head + "ipv6 = [\"10.0.0.1\"]\n"), Catch::Contains("is not an IPv6 address"));
+  CHECK_THAT(error_of(head), Catch::Contains("config: port[0]: a port needs at least one address"));
+  CHECK_THAT(error_of(kPort + "mac = \"02:00:00:00:00\"\n"), Catch::Contains("port[0].mac: \"02:00:00:00:00\" is not a MAC address"));
+  CHECK_THAT(error_of(kPort + "mac = \"01:00:5e:00:00:01\"\n"), Catch::Contains("is a multicast address"));
+  CHECK_THAT(error_of(kPort + "mac = \"00:00:00:00:00:00\"\n"), Catch::Contains("is the zero address"));
+  CHECK_THAT(error_of("[[port]]\ndevice = \"d\"\nipv4 = [\"10.0.0.1\"]\n"), Catch::Contains("config: port[0].name: is required"));
+  CHECK_THAT(error_of("[[port]]\nname = \"p0\"\nipv4 = [\"10.0.0.1\"]\n"), Catch::Contains("config: port[0].device: is required"));
+  CHECK_THAT(error_of("[[port]]\nname = \"a b\"\ndevice = \"d\"\nipv4 = [\"10.0.0.1\"]\n"),
+             Catch::Contains("port[0].name: \"a b\" is not a valid port name"));
+  CHECK_THAT(error_of(kPort + "[log]\nlevel = \"loud\"\n"), Catch::Contains("log.level: \"loud\" is not a log level"));
+  CHECK_THAT(error_of(kPort + "[control]\nsocket = \"rel.sock\"\n"),
+             Catch::Contains("control.socket: \"rel.sock\" is not an absolute path"));
+  CHECK_THAT(error_of(kPort + "[control]\nsocket = \"/" + std::string(120, 'x') + "\"\n"),
+             Catch::Contains("control.socket: path is 121 bytes, longer than the 107"));
+  CHECK_THAT(error_of(kPort + "[control]\ngroup = \"no-such-group-droce\"\n"),
+             Catch::Contains("control.group: \"no-such-group-droce\" is not a group on this host"));
+  CHECK_THAT(error_of(kPort + "[eal]\nlcores = \"0,1\"\nargs = [\"-l\", \"0\"]\n"),
+             Catch::Contains("eal.args: \"-l\" conflicts with eal.lcores"));
+}
+
+TEST_CASE("cross-section rules: names, addresses, MTU, queue ownership", "[config][bad]") {
+  CHECK_THAT(error_of(""), Catch::Contains("config: port: at least one [[port]] section is required"));
+  CHECK_THAT(error_of(kPort + kPort), Catch::Contains("port[1].name: \"p0\" is already the name of port[0]"));
+  CHECK_THAT(error_of(kPort + "[[port]]\nname = \"p1\"\ndevice = \"d\"\nipv4 = [\"10.0.0.1/16\"]\n"),
+             Catch::Contains("port[1].ipv4: 10.0.0.1/16 is already an address of port[0] (\"p0\")"));
+  CHECK_THAT(error_of(kPort + "[roce]\npath_mtu = 2048\n"),
+             Catch::Contains("roce.path_mtu: 2048 does not fit port[0] (\"p0\") with mtu 1500 (largest IB MTU that fits: 1024)"));
+  const std::string two = "[[port]]\nname = \"p0\"\ndevice = \"d\"\nipv4 = [\"10.0.0.1\"]\nrx_queues = 2\ntx_queues = 2\n";
+  CHECK_THAT(error_of(two + "[[core]]\nlcore = 0\nqueues = [{ port = \"p0\", rx = 0 }]\n"),
+             Catch::Contains("port[0].rx_queues: rx queue 1 of \"p0\" is not owned by any [[core]]"));
+  CHECK_THAT(error_of(two + "[[core]]\nlcore = 0\nqueues = [{ port = \"p0\", rx = 0 }, { port = \"p0\", rx = 1 }]\n"
+                            "[[core]]\nlcore = 1\nqueues = [{ port = \"p0\", rx = 1 }]\n"),
+             Catch::Contains("core[1].queues: rx queue 1 of port[0] (\"p0\") is already owned by core[0]"));
+  CHECK_THAT(error_of(two + "[[core]]\nlcore = 0\nqueues = [{ port = \"p0\", rx = 0 }]\n"
+                            "[[core]]\nlcore = 1\nqueues = [{ port = \"p0\", rx = 1, tx = 0 }]\n"),
+             Catch::Contains("core[1].queues: tx queue 0 of port[0] (\"p0\") is already used by core[0]"));
+  CHECK_THAT(error_of(two + "[[core]]\nlcore = 0\nqueues = [{ port = \"p0\", rx = 0 }]\n"
+                            "[[core]]\nlcore = 0\nqueues = [{ port = \"p0\", rx = 1 }]\n"),
+             Catch::Contains("core[1].lcore: 0 is already used by another [[core]]"));
+  CHECK_THAT(error_of(two + "[[core]]\nlcore = 0\nqueues = [{ port = \"px\", rx = 0 }]\n"),
+             Catch::Contains("core[0].queues[0].port: \"px\" is not a configured [[port]] name"));
+  CHECK_THAT(error_of(two + "[[core]]\nlcore = 0\nqueues = [{ port = \"p0\", rx = 2 }]\n"),
+             Catch::Contains("core[0].queues[0].rx: 2 is out of range 0..1"));
+  CHECK_THAT(error_of(two + "[[core]]\nlcore = 0\nqueues = []\n"),
+             Catch::Contains("core[0].queues: a core needs at least one queue"));
+  CHECK_THAT(error_of(two + "[[core]]\nqueues = [{ port = \"p0\", rx = 0 }]\n"), Catch::Contains("core[0].lcore: is required"));
+  CHECK_THAT(error_of("[[port]]\nname = \"p0\"\ndevice = \"d\"\nipv4 = [\"10.0.0.1\"]\nrx_queues = 2\n"),
+             Catch::Contains("port[0] (\"p0\").tx_queues: 1 is less than rx_queues (2)"));
+}
+
+TEST_CASE("unreadable file", "[config][bad]") {
+  try {
+    droce::config::load_config_file("/nonexistent/droced.toml");
+    FAIL("no error");
+  } catch (const ConfigError& e) {
+    CHECK_THAT(std::string(e.what()), Catch::Contains("cannot read /nonexistent/droced.toml"));
+  }
+}

@@ -1,0 +1,122 @@
+// lib/stats: single-writer per-core blocks, registry snapshots, concurrency.
+#include <catch2/catch.hpp>
+
+#include <thread>
+
+#include "stats/groups.h"
+#include "stats/stats.h"
+
+using namespace droce::stats;
+
+namespace {
+#define TEST_COUNTERS(X) X(packets) X(bytes) X(naks)
+DROCE_COUNTERS(TestCounter, "test", TEST_COUNTERS);
+// Same group name, different counters: must be refused.
+#define OTHER_COUNTERS(X) X(a) X(b)
+DROCE_COUNTERS(OtherCounter, "test", OTHER_COUNTERS);
+}  // namespace
+
+TEST_CASE("enum and name table declared once stay in step", "[stats]") {
+  STATIC_REQUIRE(static_cast<size_t>(TestCounter::kCount) == 3);
+  CHECK(TestCounter_names[1] == "bytes");
+  CHECK(TestCounter_group.name == "test");
+  CHECK(TestCounter_group.names.size() == 3);
+  CHECK(PortCounter_group.names.size() == static_cast<size_t>(PortCounter::kCount));
+  CHECK(PortCounter_names[static_cast<size_t>(PortCounter::rx_drop_bad_icrc)] == "rx_drop_bad_icrc");
+  CHECK(CoreCounter_group.name == "core");
+}
+
+TEST_CASE("blocks are cache-line aligned and do not share lines", "[stats]") {
+  STATIC_REQUIRE(alignof(CounterBlock<TestCounter>) == kCacheLine);
+  STATIC_REQUIRE(sizeof(CounterBlock<TestCounter>) % kCacheLine == 0);
+  PerCore<PortCounter> pc(3);
+  for (size_t i = 0; i < 3; ++i) {
+    CHECK(reinterpret_cast<uintptr_t>(&pc[i]) % kCacheLine == 0);
+  }
+  CHECK(reinterpret_cast<uintptr_t>(&pc[1]) - reinterpret_cast<uintptr_t>(&pc[0]) >= sizeof(CounterBlock<PortCounter>));
+}
+
+TEST_CASE("registry sums shards per instance and filters", "[stats]") {
+  Registry reg;
+  PerCore<TestCounter> p0(2), p1(2);
+  p0[0].add(TestCounter::packets, 3);
+  p0[1].add(TestCounter::packets, 4);
+  p0[1].add(TestCounter::bytes, 100);
+  p1[0].add(TestCounter::naks);
+  CounterBlock<CoreCounter> core0;
+  core0.set(CoreCounter::ring_occupancy, 17);
+  core0.set(CoreCounter::ring_occupancy, 5);  // gauge: last value wins
+  auto id0 = reg.add(TestCounter_group, "p0", p0);
+  reg.add(TestCounter_group, "p1", p1);
+  reg.add(CoreCounter_group, "0", core0);
+
+  Snapshot s = reg.snapshot();
+  REQUIRE(s.size() == 2);
+  CHECK(s[0].group == "test");
+  CHECK(s[0].names == std::vector<std::string>{"packets", "bytes", "naks"});
+  REQUIRE(s[0].instances.size() == 2);
+  CHECK(s[0].instances[0].name == "p0");
+  CHECK(s[0].instances[0].values == std::vector<uint64_t>{7, 100, 0});
+  CHECK(s[0].instances[1].values == std::vector<uint64_t>{0, 0, 1});
+  CHECK(s[1].group == "core");
+  CHECK(s[1].instances[0].values[static_cast<size_t>(CoreCounter::ring_occupancy)] == 5);
+
+  Snapshot only = reg.snapshot("core");
+  REQUIRE(only.size() == 1);
+  CHECK(only[0].group == "core");
+  CHECK(reg.snapshot("nothing").empty());
+
+  Snapshot nz = reg.snapshot("", true);
+  REQUIRE(nz.size() == 2);
+  CHECK(nz[0].names == std::vector<std::string>{"packets", "bytes", "naks"});
+  CHECK(nz[1].names == std::vector<std::string>{"ring_occupancy"});
+  CHECK(nz[1].instances[0].values == std::vector<uint64_t>{5});
+
+  CHECK(reg.remove(id0));
+  CHECK_FALSE(reg.remove(id0));
+  CHECK(reg.snapshot("test")[0].instances.size() == 1);
+  CHECK(reg.groups() == std::vector<std::string>{"test", "core"});
+}
+
+TEST_CASE("registry refuses conflicting groups and duplicate instances", "[stats]") {
+  Registry reg;
+  CounterBlock<TestCounter> a, b;
+  CounterBlock<OtherCounter> o;
+  reg.add(TestCounter_group, "x", a);
+  CHECK_THROWS_WITH(reg.add(TestCounter_group, "x", b), Catch::Contains("test x is already registered"));
+  CHECK_THROWS_WITH(reg.add(OtherCounter_group, "y", o), Catch::Contains("already registered with other counters"));
+  CHECK_THROWS_WITH(reg.add(OtherCounter_group, "y", a), Catch::Contains("has 2 names but its blocks hold 3"));
+}
+
+TEST_CASE("concurrent single writers, reader sees monotonic exact totals", "[stats]") {
+  constexpr size_t kCores = 3;
+  constexpr uint64_t kIters = 200000;
+  Registry reg;
+  PerCore<TestCounter> blocks(kCores);
+  reg.add(TestCounter_group, "p0", blocks);
+  std::atomic<bool> go{false};
+  std::vector<std::thread> writers;
+  for (size_t c = 0; c < kCores; ++c) {
+    writers.emplace_back([&, c] {
+      while (!go.load()) std::this_thread::yield();
+      for (uint64_t i = 0; i < kIters; ++i) {
+        blocks[c].add(TestCounter::packets);
+        blocks[c].add(TestCounter::bytes, 64);
+      }
+    });
+  }
+  go = true;
+  uint64_t last = 0;
+  bool monotonic = true;
+  for (int i = 0; i < 2000; ++i) {
+    uint64_t v = reg.snapshot("test")[0].instances[0].values[0];
+    monotonic = monotonic && v >= last;
+    last = v;
+  }
+  for (auto& t : writers) t.join();
+  CHECK(monotonic);
+  auto s = reg.snapshot("test")[0].instances[0].values;
+  CHECK(s[0] == kCores * kIters);
+  CHECK(s[1] == kCores * kIters * 64);
+  CHECK(blocks.sum(TestCounter::packets) == kCores * kIters);
+}
