@@ -1,0 +1,221 @@
+#include "shim/client/client.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+
+namespace droce::shim {
+
+using namespace proto;
+
+std::string default_socket_path() {
+  const char* e = std::getenv("DROCE_SOCKET");
+  return e != nullptr && *e != '\0' ? std::string(e) : std::string(kDefaultSocket);
+}
+
+ShimConnection::~ShimConnection() { close(); }
+
+void ShimConnection::close() {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+}
+
+int ShimConnection::connect(const std::string& path) {
+  close();
+  sockaddr_un sa{};
+  sa.sun_family = AF_UNIX;
+  if (path.empty() || path.size() >= sizeof(sa.sun_path)) return -ENAMETOOLONG;
+  std::memcpy(sa.sun_path, path.c_str(), path.size() + 1);
+  int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -errno;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0) {
+    int e = errno;
+    ::close(fd);
+    return -e;
+  }
+  fd_ = fd;
+  return 0;
+}
+
+int ShimConnection::call_raw(Op op, const void* req, size_t req_len, void* resp, size_t resp_len,
+                             const int* in_fds, int n_in, int* out_fds, int max_out, int* n_out) {
+  std::lock_guard<std::mutex> g(mu_);
+  *n_out = 0;
+  if (fd_ < 0) return -ENOTCONN;
+  alignas(16) uint8_t buf[kMaxMessage];
+  if (sizeof(ReqHdr) + req_len > sizeof(buf)) return -EMSGSIZE;
+  ReqHdr h{kMagic, kVersion, static_cast<uint16_t>(op), ++seq_, 0};
+  std::memcpy(buf, &h, sizeof(h));
+  if (req_len) std::memcpy(buf + sizeof(h), req, req_len);
+  if (int rc = send_with_fds(fd_, buf, sizeof(h) + req_len, in_fds, n_in)) return rc;
+  int fds[4];
+  int nfds = 0;
+  ssize_t n = recv_with_fds(fd_, buf, sizeof(buf), fds, 4, &nfds);
+  if (n == 0) return -ECONNRESET;
+  if (n < 0) return static_cast<int>(n);
+  RespHdr rh;
+  int rc = 0;
+  if (static_cast<size_t>(n) < sizeof(rh)) {
+    rc = -EPROTO;
+  } else {
+    std::memcpy(&rh, buf, sizeof(rh));
+    if (rh.magic != kMagic || rh.seq != seq_ || rh.op != static_cast<uint16_t>(op)) {
+      rc = -EPROTO;
+    } else if (rh.status != 0) {
+      rc = rh.status < 0 ? rh.status : -EPROTO;
+    } else if (static_cast<size_t>(n) != sizeof(rh) + resp_len) {
+      rc = -EPROTO;
+    } else if (resp_len) {
+      std::memcpy(resp, buf + sizeof(rh), resp_len);
+    }
+  }
+  for (int i = 0; i < nfds; i++) {
+    if (rc == 0 && i < max_out)
+      out_fds[(*n_out)++] = fds[i];
+    else
+      ::close(fds[i]);
+  }
+  return rc;
+}
+
+int ClientCq::attach(int fd, const CreateCqResp& r) {
+  if (int rc = region_.map(fd, r.region_size)) return rc;
+  RingSpec spec{DROCE_SHM_RING_CQ, r.ring_entries, sizeof(droce_shm_cqe), 0, 0};
+  if (!check_object_region(region_, DROCE_SHM_REGION_CQ, &spec, 1)) return -EPROTO;
+  return ring_.attach(region_ring(region_, 0), r.ring_entries) ? 0 : -EPROTO;
+}
+
+int ClientCq::poll(int n, droce_shm_cqe* out) {
+  uint32_t a = ring_.available();
+  uint32_t k = std::min<uint32_t>(a, static_cast<uint32_t>(n > 0 ? n : 0));
+  for (uint32_t i = 0; i < k; i++) ring_.copy(i, &out[i]);
+  if (k) ring_.release(k);
+  return static_cast<int>(k);
+}
+
+int ClientQp::attach(int fd, const CreateQpResp& r, bool has_srq) {
+  if (int rc = region_.map(fd, r.region_size)) return rc;
+  RingSpec spec[2] = {
+      {DROCE_SHM_RING_SEND, r.sq_entries, sizeof(droce_shm_send_wqe), 0, 0},
+      {DROCE_SHM_RING_RECV, r.rq_entries, sizeof(droce_shm_recv_wqe), 0, 0}};
+  if (!check_object_region(region_, DROCE_SHM_REGION_QP, spec, has_srq ? 1 : 2)) return -EPROTO;
+  if (!sq.attach(region_ring(region_, 0), r.sq_entries)) return -EPROTO;
+  if (!has_srq && !rq.attach(region_ring(region_, 1), r.rq_entries)) return -EPROTO;
+  return 0;
+}
+
+int ClientSrq::attach(int fd, const CreateSrqResp& r) {
+  if (int rc = region_.map(fd, r.region_size)) return rc;
+  RingSpec spec{DROCE_SHM_RING_RECV, r.ring_entries, sizeof(droce_shm_recv_wqe), 0, 0};
+  if (!check_object_region(region_, DROCE_SHM_REGION_SRQ, &spec, 1)) return -EPROTO;
+  return rq.attach(region_ring(region_, 0), r.ring_entries) ? 0 : -EPROTO;
+}
+
+// ---- memory registry ------------------------------------------------------
+
+namespace {
+struct MemEntry {
+  uint64_t start, len;
+  int fd;            // the memfd (we keep it for later registrations)
+  uint32_t refs;     // live MRs; alloc_shared holds one too
+  bool owned_map;    // alloc_shared: we unmap on free_shared
+};
+std::mutex g_mem_mu;
+std::map<uint32_t, MemEntry> g_mem;  // id -> entry
+uint32_t g_next_mem = 1;
+
+size_t pg() { return static_cast<size_t>(sysconf(_SC_PAGESIZE)); }
+
+MemEntry* find_containing(uint64_t s, uint64_t e, uint32_t* id, bool* partial) {
+  *partial = false;
+  for (auto& [k, m] : g_mem) {
+    if (s >= m.start && e <= m.start + m.len) {
+      *id = k;
+      return &m;
+    }
+    if (s < m.start + m.len && m.start < e) *partial = true;
+  }
+  return nullptr;
+}
+}  // namespace
+
+int prepare_mr_memory(void* addr, size_t len, MrMemory& out) {
+  if (addr == nullptr || len == 0) return -EINVAL;
+  const uint64_t p = pg();
+  uint64_t s = reinterpret_cast<uint64_t>(addr) / p * p;
+  uint64_t e = (reinterpret_cast<uint64_t>(addr) + len + p - 1) / p * p;
+  std::lock_guard<std::mutex> g(g_mem_mu);
+  uint32_t id = 0;
+  bool partial = false;
+  MemEntry* m = find_containing(s, e, &id, &partial);
+  if (m == nullptr) {
+    // Pages that an earlier registration remapped to another memfd cannot
+    // join a new one without breaking the earlier MR.
+    if (partial) return -EINVAL;
+    ShmRegion tmp;
+    if (int rc = tmp.create("droce-mr", e - s, false)) return rc;
+    std::memcpy(tmp.addr(), reinterpret_cast<void*>(s), e - s);
+    void* fixed = mmap(reinterpret_cast<void*>(s), e - s, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
+                       tmp.fd(), 0);
+    if (fixed == MAP_FAILED) return -errno;
+    id = g_next_mem++;
+    m = &g_mem.emplace(id, MemEntry{s, e - s, tmp.release_fd(), 0, false}).first->second;
+  }
+  int d = fcntl(m->fd, F_DUPFD_CLOEXEC, 0);
+  if (d < 0) return -errno;
+  m->refs++;
+  out.fd = d;
+  out.map_addr = s;
+  out.map_len = e - s;
+  out.fd_offset = s - m->start;
+  out.entry = id;
+  return 0;
+}
+
+void release_mr_memory(uint32_t entry) {
+  std::lock_guard<std::mutex> g(g_mem_mu);
+  auto it = g_mem.find(entry);
+  if (it == g_mem.end()) return;
+  if (--it->second.refs == 0) {
+    ::close(it->second.fd);
+    g_mem.erase(it);
+  }
+}
+
+void* alloc_shared(size_t len) {
+  if (len == 0) return nullptr;
+  ShmRegion r;
+  size_t rounded = len % kHugePage == 0 ? len : page_round_up(len, pg());
+  if (r.create("droce-buf", rounded, len % kHugePage == 0) != 0) return nullptr;
+  std::lock_guard<std::mutex> g(g_mem_mu);
+  void* a = r.addr();
+  size_t sz = r.size();
+  uint32_t id = g_next_mem++;
+  g_mem.emplace(id, MemEntry{reinterpret_cast<uint64_t>(a), sz, r.release_fd(), 1, true});
+  r.forget_mapping();  // the mapping now belongs to the registry entry
+  return a;
+}
+
+void free_shared(void* p) {
+  std::lock_guard<std::mutex> g(g_mem_mu);
+  for (auto it = g_mem.begin(); it != g_mem.end(); ++it) {
+    if (it->second.owned_map && it->second.start == reinterpret_cast<uint64_t>(p)) {
+      munmap(p, it->second.len);
+      it->second.owned_map = false;
+      if (--it->second.refs == 0) {
+        ::close(it->second.fd);
+        g_mem.erase(it);
+      }
+      return;
+    }
+  }
+}
+
+}  // namespace droce::shim

@@ -1,0 +1,89 @@
+// ShimServer: droced's side of the shim control protocol (protocol.h).
+// Accepts clients on a Unix socket, validates every request, keeps each
+// client's objects in its own handle table, calls the ShimBackend, and
+// destroys everything a client owned when its connection ends (exit, crash,
+// kill -9: the kernel closes the socket).
+//
+// Threading: all socket I/O and every backend call happen on one thread,
+// either the caller of poll_once() or the thread start() spawns.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "shim/backend.h"
+#include "shim/shm.h"
+
+namespace droce::shim {
+
+struct ShimServerConfig {
+  std::string socket_path = proto::kDefaultSocket;
+  uint32_t socket_mode = 0660;       // chmod of the socket file
+  uint32_t max_clients = 256;
+  uint32_t max_objects_per_client = 65536;
+  uint64_t max_mr_bytes_per_client = 1ull << 36;
+  bool lock_mr_memory = true;        // mlock registered memory (best effort)
+};
+
+enum class ObjKind : uint8_t { Pd, Mr, Channel, Cq, Srq, Qp, Ah, Count_ };
+const char* obj_kind_name(ObjKind k);
+
+struct ShimServerStats {
+  uint64_t clients = 0;        // connected now
+  uint64_t clients_total = 0;  // ever accepted
+  uint64_t requests = 0;
+  uint64_t errors = 0;         // requests answered with an error
+  uint64_t dropped = 0;        // connections cut for protocol violations
+  uint64_t objects[static_cast<int>(ObjKind::Count_)] = {};
+  uint64_t mapped_bytes = 0;   // shared memory the server maps now (rings + MRs)
+};
+
+class ShimServer {
+ public:
+  ShimServer(ShimBackend& backend, ShimServerConfig cfg);
+  ~ShimServer();
+  ShimServer(const ShimServer&) = delete;
+  ShimServer& operator=(const ShimServer&) = delete;
+
+  // Creates the socket (replacing a stale socket file). 0 or -errno.
+  int listen();
+  // Serves whatever is ready, waiting up to timeout_ms. 0 or -errno.
+  int poll_once(int timeout_ms);
+  // Runs poll_once() on a thread until stop().
+  int start();
+  void stop();
+
+  ShimServerStats stats() const;
+  const std::string& socket_path() const { return cfg_.socket_path; }
+
+  struct Client;  // private; public so the .cc's helpers can name it
+
+ private:
+  void accept_clients();
+  bool serve(Client& c);  // false: drop the connection
+  void drop(Client& c);
+  void destroy_all(Client& c);
+
+  ShimBackend& backend_;
+  ShimServerConfig cfg_;
+  int listen_fd_ = -1;
+  int wake_fd_ = -1;
+  uint64_t next_client_id_ = 1;
+  std::vector<std::unique_ptr<Client>> clients_;
+  std::thread thread_;
+  std::atomic<bool> running_{false};
+
+  // Counters: written by the server thread, read by stats() anywhere.
+  std::atomic<uint64_t> clients_total_{0}, requests_{0}, errors_{0}, dropped_{0}, mapped_bytes_{0};
+  std::atomic<uint64_t> n_clients_{0};
+  std::atomic<uint64_t> objects_[static_cast<int>(ObjKind::Count_)] = {};
+
+  friend struct ServerOps;
+};
+
+}  // namespace droce::shim

@@ -1,0 +1,233 @@
+// The SPSC ring of droce_shm_abi.h: semantics in one thread, wraparound of
+// the free-running indexes, full/empty, corrupt peers, then stress between
+// two threads and between two processes (fork + memfd) with a checksum.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "shim/ring.h"
+#include "shim/shm.h"
+
+using namespace droce::shim;
+
+extern "C" {
+struct droce_abi_sizes {
+  unsigned long region_hdr, ring_hdr, send_wqe, recv_wqe, cqe, sge, off_cons, off_armed, off_sge;
+};
+void droce_abi_sizes_c(struct droce_abi_sizes* s);
+}
+
+TEST_CASE("ABI header has the same layout in C and C++", "[shim][abi]") {
+  droce_abi_sizes s{};
+  droce_abi_sizes_c(&s);
+  CHECK(s.region_hdr == sizeof(droce_shm_region_hdr));
+  CHECK(s.ring_hdr == sizeof(droce_shm_ring_hdr));
+  CHECK(s.send_wqe == sizeof(droce_shm_send_wqe));
+  CHECK(s.recv_wqe == sizeof(droce_shm_recv_wqe));
+  CHECK(s.cqe == sizeof(droce_shm_cqe));
+  CHECK(s.sge == sizeof(droce_shm_sge));
+  CHECK(s.off_cons == offsetof(droce_shm_ring_hdr, cons));
+  CHECK(s.off_armed == offsetof(droce_shm_ring_hdr, armed));
+  CHECK(s.off_sge == offsetof(droce_shm_send_wqe, u));
+  CHECK(sizeof(droce_shm_send_wqe) % DROCE_SHM_CACHELINE == 0);
+  CHECK(alignof(droce_shm_cqe) == DROCE_SHM_CACHELINE);
+}
+
+namespace {
+struct TestRing {
+  explicit TestRing(uint32_t entries, uint32_t start = 0) {
+    RingSpec spec{DROCE_SHM_RING_CQ, entries, sizeof(droce_shm_cqe), 0, 0};
+    REQUIRE(create_object_region(region, DROCE_SHM_REGION_CQ, 7, &spec, 1) == 0);
+    REQUIRE(check_object_region(region, DROCE_SHM_REGION_CQ, &spec, 1));
+    hdr = region_ring(region, 0);
+    hdr->prod = hdr->cons = start;
+    REQUIRE(p.attach(hdr, entries));
+    REQUIRE(c.attach(hdr, entries));
+  }
+  ShmRegion region;
+  droce_shm_ring_hdr* hdr;
+  RingProducer<droce_shm_cqe> p;
+  RingConsumer<droce_shm_cqe> c;
+};
+droce_shm_cqe cqe(uint64_t id) {
+  droce_shm_cqe e{};
+  e.wr_id = id;
+  e.byte_len = static_cast<uint32_t>(id * 3);
+  return e;
+}
+}  // namespace
+
+TEST_CASE("ring: empty, fill to full, drain in FIFO order", "[shim][ring]") {
+  TestRing r(8);
+  droce_shm_cqe out{};
+  CHECK(r.c.available() == 0);
+  CHECK_FALSE(r.c.try_pop(&out));
+  CHECK(r.p.free_slots() == 8);
+  for (uint64_t i = 0; i < 8; i++) REQUIRE(r.p.try_push(cqe(i)));
+  CHECK(r.p.free_slots() == 0);
+  CHECK_FALSE(r.p.try_push(cqe(99)));
+  CHECK(r.c.available() == 8);
+  for (uint64_t i = 0; i < 8; i++) {
+    REQUIRE(r.c.try_pop(&out));
+    CHECK(out.wr_id == i);
+    CHECK(out.byte_len == i * 3);
+  }
+  CHECK(r.c.available() == 0);
+  CHECK(r.p.free_slots() == 8);
+}
+
+TEST_CASE("ring: nothing is visible before publish; batches publish at once", "[shim][ring]") {
+  TestRing r(16);
+  for (uint32_t i = 0; i < 5; i++) *r.p.slot(i) = cqe(100 + i);
+  CHECK(r.c.available() == 0);  // filled, not published
+  r.p.publish(5);
+  CHECK(r.hdr->prod == 5);
+  REQUIRE(r.c.available() == 5);
+  for (uint32_t i = 0; i < 5; i++) CHECK(r.c.slot(i)->wr_id == 100 + i);
+  CHECK(r.hdr->cons == 0);  // not released yet
+  r.c.release(5);
+  CHECK(r.hdr->cons == 5);
+}
+
+TEST_CASE("ring: free-running indexes wrap at 2^32", "[shim][ring]") {
+  TestRing r(4, 0xFFFFFFFAu);
+  droce_shm_cqe out{};
+  uint64_t next_in = 0, next_out = 0;
+  for (int round = 0; round < 10; round++) {
+    while (r.p.try_push(cqe(next_in))) next_in++;
+    CHECK(r.hdr->prod - r.hdr->cons == 4);
+    while (r.c.try_pop(&out)) CHECK(out.wr_id == next_out++);
+  }
+  CHECK(next_in == 40);
+  CHECK(next_out == 40);
+  CHECK(r.hdr->prod == 0xFFFFFFFAu + 40);  // wrapped past zero
+}
+
+TEST_CASE("ring: an index moved past the ring size marks the peer corrupt", "[shim][ring]") {
+  TestRing r(8);
+  r.hdr->prod = 9;  // a hostile producer claims 9 entries in an 8-entry ring
+  CHECK(r.c.available() == 0);
+  CHECK(r.c.corrupt());
+  TestRing r2(8);
+  r2.hdr->cons = 0x80000000u;  // a consumer index nowhere near the producer's
+  for (int i = 0; i < 9; i++) r2.p.try_push(cqe(1));
+  CHECK(r2.p.free_slots() == 0);
+  CHECK(r2.p.corrupt());
+  CHECK_FALSE(RingProducer<droce_shm_cqe>().attach(r.hdr, 6));  // not a power of two
+}
+
+TEST_CASE("ring: CQ arm is consumed by exactly one completion", "[shim][ring]") {
+  TestRing r(8);
+  CHECK_FALSE(cq_consume_arm(r.hdr, false));
+  cq_arm(r.hdr, false);
+  CHECK(cq_consume_arm(r.hdr, false));
+  CHECK_FALSE(cq_consume_arm(r.hdr, false));
+  CHECK(cq_events(r.hdr) == 1);
+  cq_arm(r.hdr, true);  // solicited only
+  CHECK_FALSE(cq_consume_arm(r.hdr, false));
+  CHECK(cq_consume_arm(r.hdr, true));
+  CHECK(cq_events(r.hdr) == 2);
+}
+
+namespace {
+// Producer and consumer loops for the stress tests. Batches of up to 32.
+uint64_t produce(droce_shm_ring_hdr* h, uint32_t entries, uint64_t n) {
+  RingProducer<droce_shm_cqe> p;
+  if (!p.attach(h, entries)) return 0;
+  uint64_t sum = 0, i = 0;
+  uint32_t spins = 0;
+  while (i < n) {
+    uint32_t f = p.free_slots(32);
+    if (f == 0) {
+      if (++spins % 64 == 0) std::this_thread::yield();
+      continue;
+    }
+    uint32_t b = static_cast<uint32_t>(std::min<uint64_t>({f, 32, n - i}));
+    for (uint32_t k = 0; k < b; k++) {
+      droce_shm_cqe* e = p.slot(k);
+      uint64_t v = (i + k) * 0x9E3779B97F4A7C15ull;
+      e->wr_id = v;
+      e->byte_len = static_cast<uint32_t>(i + k);
+      sum += v;
+    }
+    p.publish(b);
+    i += b;
+  }
+  return sum;
+}
+// Returns the checksum, or 0 on an out-of-order entry; stops at the deadline.
+uint64_t consume(droce_shm_ring_hdr* h, uint32_t entries, uint64_t n,
+                 std::chrono::steady_clock::time_point deadline) {
+  RingConsumer<droce_shm_cqe> c;
+  if (!c.attach(h, entries)) return 0;
+  uint64_t sum = 0, i = 0;
+  uint32_t spins = 0;
+  while (i < n) {
+    uint32_t a = c.available();
+    if (a == 0) {
+      if (++spins % 64 == 0) {
+        std::this_thread::yield();
+        if (std::chrono::steady_clock::now() > deadline) return 0;
+      }
+      continue;
+    }
+    for (uint32_t k = 0; k < a; k++) {
+      const droce_shm_cqe* e = c.slot(k);
+      if (e->byte_len != static_cast<uint32_t>(i + k) || e->wr_id != (i + k) * 0x9E3779B97F4A7C15ull)
+        return 0;
+      sum += e->wr_id;
+    }
+    c.release(a);
+    i += a;
+  }
+  return sum;
+}
+uint64_t expected_sum(uint64_t n) {
+  uint64_t s = 0;
+  for (uint64_t i = 0; i < n; i++) s += i * 0x9E3779B97F4A7C15ull;
+  return s;
+}
+}  // namespace
+
+TEST_CASE("ring: two threads move millions of entries in order", "[shim][ring][stress]") {
+  constexpr uint64_t kN = 4'000'000;
+  TestRing r(256, 0xFFFF0000u);  // wraps the indexes during the run
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  uint64_t got = 0;
+  auto t0 = std::chrono::steady_clock::now();
+  std::thread cons([&] { got = consume(r.hdr, 256, kN, deadline); });
+  uint64_t sent = produce(r.hdr, 256, kN);
+  cons.join();
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  WARN("ring two-thread: " << kN / s / 1e6 << " M entries/s (64 B entries)");
+  CHECK(sent == expected_sum(kN));
+  CHECK(got == sent);
+}
+
+TEST_CASE("ring: two processes over a memfd move millions of entries", "[shim][ring][stress]") {
+  constexpr uint64_t kN = 2'000'000;
+  TestRing r(512);
+  pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    // Child: map the same memfd anew (as a client would after SCM_RIGHTS)
+    // and produce.
+    ShmRegion mine;
+    if (mine.map(dup(r.region.fd()), r.region.size()) != 0) _exit(2);
+    uint64_t s = produce(region_ring(mine, 0), 512, kN);
+    _exit(s == expected_sum(kN) ? 0 : 3);
+  }
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  uint64_t got = consume(r.hdr, 512, kN, deadline);
+  if (got == 0) kill(pid, SIGKILL);
+  int st = 0;
+  REQUIRE(waitpid(pid, &st, 0) == pid);
+  CHECK(WIFEXITED(st));
+  CHECK(WEXITSTATUS(st) == 0);
+  CHECK(got == expected_sum(kN));
+}
