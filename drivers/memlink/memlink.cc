@@ -111,7 +111,8 @@ uint16_t Port::tx_burst(io::PktBuf** bufs, uint16_t n) noexcept {
       continue;
     }
     if (f.ce_mark > 0 && L.uniform() < f.ce_mark && L.mark_ce(b)) L.count(Counter::CeMarked);
-    if (f.corrupt > 0 && L.uniform() < f.corrupt) {
+    const bool corrupted = f.corrupt > 0 && L.uniform() < f.corrupt;
+    if (corrupted) {
       L.corrupt(b);
       L.count(Counter::Corrupted);
     }
@@ -126,6 +127,7 @@ uint16_t Port::tx_burst(io::PktBuf** bufs, uint16_t n) noexcept {
         d->len = b->len;
         d->port = dst->index_;
         L.count(Counter::Duplicated);
+        if (corrupted) L.count(Counter::Corrupted);  // two damaged frames delivered
         dst->enqueue(d, now + f.delay_ns + (L.uniform() < 0.5 ? f.reorder_delay_ns : 0));
       } else {
         L.count(Counter::PoolEmpty);

@@ -49,9 +49,13 @@ void retry_from(Engine& e, Qp& q, uint32_t psn) noexcept {
   requester_rewind(e, q, psn);
 }
 
-// Everything up to and including `last` is acknowledged.
-void ack_through(Engine& e, Qp& q, uint32_t last) noexcept {
-  if (wire::psn_lt(last, q.comp.psn)) return;  // nothing new
+constexpr uint32_t kNoRewind = 0xFFFFFFFF;
+
+// Everything up to and including `last` is acknowledged. Returns the PSN the
+// requester was rewound to if a READ/atomic turned out unanswered, else kNoRewind.
+uint32_t ack_through(Engine& e, Qp& q, uint32_t last) noexcept {
+  if (wire::psn_lt(last, q.comp.psn)) return kNoRewind;  // nothing new
+  uint32_t rewound = kNoRewind;
   bool moved = false;
   for (uint32_t i = q.sq.tail; i != q.sq.head; ++i) {
     SendWqe& w = q.sq.at(i);
@@ -67,6 +71,7 @@ void ack_through(Engine& e, Qp& q, uint32_t last) noexcept {
         moved = true;
       }
       retry_from(e, q, from);
+      rewound = from;
       break;
     }
     if (wire::psn_lt(last, w.last_psn)) {  // part of a multi-packet message
@@ -79,6 +84,7 @@ void ack_through(Engine& e, Qp& q, uint32_t last) noexcept {
     moved = true;
   }
   if (moved) progress(e, q);
+  return rewound;
 }
 
 // The first WQE not yet done whose PSN range reaches psn (the one a NAK is about).
@@ -183,7 +189,11 @@ void completer_retire(Engine& e, Qp& q) noexcept {
       wc.qp_num = q.qpn;
       e.complete(q.send_cq, wc);
     }
-    if (q.req.idx == q.sq.tail) ++q.req.idx;
+    if (q.req.idx == q.sq.tail) {  // the requester was about to resend it: move past
+      ++q.req.idx;
+      const uint32_t after = psn_add(w.last_psn, 1);
+      if (w.npkts && wire::psn_lt(q.req.psn, after)) q.req.psn = after;
+    }
     ++q.sq.tail;
     if (w.status != WcStatus::Success) {
       e.qp_to_error(q);  // flushes the rest (C10-...: a completion error moves the QP to ERR)
@@ -235,7 +245,7 @@ void completer_rx(Engine& e, Qp& q, const wire::PacketView& pkt) noexcept {
       case CompSt::RnrNak: {
         e.count(Ctr::RnrNakReceived);
         ++q.ctr.rnr_naks_received;
-        ack_through(e, q, psn_add(psn, 0xFFFFFF));  // everything before psn
+        const uint32_t rewound = ack_through(e, q, psn_add(psn, 0xFFFFFF));  // everything before psn
         SendWqe* w = wqe_at(q, psn);
         if (!w) {
           st = CompSt::Drop;
@@ -250,7 +260,8 @@ void completer_rx(Engine& e, Qp& q, const wire::PacketView& pkt) noexcept {
         if (q.comp.rnr_left != 7) --q.comp.rnr_left;  // 7 = retry forever
         // Wait at least the responder's timer (9.7.5.2.8), then resend from psn.
         q.comp.last_retry_psn = 0xFFFFFFFF;
-        requester_rewind(e, q, psn);
+        // Resend from psn, or from an earlier unanswered READ/atomic.
+        requester_rewind(e, q, rewound != kNoRewind ? rewound : psn);
         q.comp.rnr_wait = true;
         q.comp.rnr_until = e.now() + verbs::rnr_timer_ns(syn & 0x1F);
         q.comp.deadline = 0;
@@ -260,11 +271,12 @@ void completer_rx(Engine& e, Qp& q, const wire::PacketView& pkt) noexcept {
 
       case CompSt::Nak: {
         const uint8_t code = syn & 0x1F;
-        ack_through(e, q, psn_add(psn, 0xFFFFFF));
+        const uint32_t rewound = ack_through(e, q, psn_add(psn, 0xFFFFFF));
         if (code == wire::kNakPsnSeqError) {
           e.count(Ctr::SeqNakReceived);
           ++q.ctr.seq_naks_received;
-          if (q.comp.last_retry_psn == psn) {  // already going back to psn
+          // Already going back to psn, or to an earlier unanswered READ/atomic (which covers psn).
+          if (q.comp.last_retry_psn == psn || rewound != kNoRewind) {
             st = CompSt::Retire;
             break;
           }

@@ -136,6 +136,12 @@ bool requester_run(Engine& e, Qp& q, uint32_t budget) noexcept {
           break;
         }
         w = &q.sq.at(q.req.idx);
+        if (w->state == WqeState::Done) {  // acknowledged while we were going back: skip it
+          const uint32_t after = psn_add(w->last_psn, 1);
+          if (wire::psn_lt(q.req.psn, after)) q.req.psn = after;
+          ++q.req.idx;
+          break;
+        }
         st = ReqSt::CheckLimits;
         break;
 
@@ -239,21 +245,29 @@ bool requester_run(Engine& e, Qp& q, uint32_t budget) noexcept {
 }
 
 void requester_rewind(Engine& e, Qp& q, uint32_t psn) noexcept {
-  // Find the WQE holding psn among the started ones.
+  // Find the first started WQE that still needs packets at or after psn.
   uint32_t i = q.sq.tail;
   for (; i != q.sq.head; ++i) {
     const SendWqe& w = q.sq.at(i);
-    if (w.state == WqeState::Posted) break;
-    if (w.state == WqeState::Done) continue;
-    if (wire::psn_ge(psn, w.first_psn) && wire::psn_le(psn, w.last_psn)) {
-      if (w.wr.opcode == WrOpcode::RdmaRead) {
-        const uint32_t resume = psn_add(w.first_psn, w.read_pkts_done);
-        if (wire::psn_gt(resume, psn)) psn = resume;
-      }
+    if (w.state == WqeState::Posted) {
+      psn = q.req.next_new_psn;  // nothing started from here on
       break;
     }
-    if (wire::psn_lt(psn, w.first_psn)) break;
+    if (wire::psn_gt(psn, w.last_psn)) continue;
+    if (w.state == WqeState::Done) {  // already acknowledged: resume after it
+      psn = psn_add(w.last_psn, 1);
+      continue;
+    }
+    if (wire::psn_lt(psn, w.first_psn)) psn = w.first_psn;
+    if (w.wr.opcode == WrOpcode::RdmaRead) {
+      const uint32_t resume = psn_add(w.first_psn, w.read_pkts_done);
+      if (wire::psn_gt(resume, psn)) psn = resume;
+    } else if (is_rd_atomic(w.wr.opcode)) {
+      psn = w.first_psn;  // an atomic is one packet
+    }
+    break;
   }
+  if (i == q.sq.head) psn = q.req.next_new_psn;
   q.req.idx = i;
   q.req.psn = psn;
   q.req.pkts_since_ackreq = 0;
