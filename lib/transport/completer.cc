@@ -1,4 +1,4 @@
-// Completer: responses and timers -> completions (IBTA 9.7.5.2, 9.9; cf. rxe_comp.c).
+// Completer: responses and timers -> completions (IBTA 9.7, 9.9; cf. rxe_comp.c).
 //
 // Per response packet:
 //   CheckPsn -> (Ack | ReadResp | AtomicAck | Nak | RnrNak) -> Retire
@@ -63,7 +63,7 @@ uint32_t ack_through(Engine& e, Qp& q, uint32_t last) noexcept {
     if (w.state == WqeState::Done) continue;
     if (wire::psn_lt(last, w.first_psn)) break;
     if (is_rd_atomic(w.wr.opcode)) {
-      // C9-...: the responder answered a later request, so this READ's or
+      // IBTA 9.7 (implied NAK): the responder answered a later request, so this READ's or
       // atomic's response was lost: ask again.
       const uint32_t from = psn_add(w.first_psn, w.read_pkts_done);
       if (wire::psn_gt(from, q.comp.psn)) {
@@ -196,7 +196,7 @@ void completer_retire(Engine& e, Qp& q) noexcept {
     }
     ++q.sq.tail;
     if (w.status != WcStatus::Success) {
-      e.qp_to_error(q);  // flushes the rest (C10-...: a completion error moves the QP to ERR)
+      e.qp_to_error(q);  // flushes the rest (IBTA ch. 10: a completion error moves the QP to ERR)
       return;
     }
   }
@@ -258,7 +258,7 @@ void completer_rx(Engine& e, Qp& q, const wire::PacketView& pkt) noexcept {
           break;
         }
         if (q.comp.rnr_left != 7) --q.comp.rnr_left;  // 7 = retry forever
-        // Wait at least the responder's timer (9.7.5.2.8), then resend from psn.
+        // Wait at least the responder's timer (IBTA 9.7), then resend from psn.
         q.comp.last_retry_psn = 0xFFFFFFFF;
         // Resend from psn, or from an earlier unanswered READ/atomic.
         requester_rewind(e, q, rewound != kNoRewind ? rewound : psn);

@@ -1,4 +1,4 @@
-// Requester: SQ WQEs -> request packets (IBTA 9.4, 9.7.1; cf. rxe_req.c).
+// Requester: SQ WQEs -> request packets (IBTA 9.4, 9.7; cf. rxe_req.c).
 //
 // State machine per call, one packet per pass:
 //   GetWqe -> CheckLimits -> [StartWqe] -> BuildPacket -> Advance -> GetWqe ...
@@ -34,7 +34,7 @@ uint32_t packets_for(const Qp& q, const SendWqe& w) noexcept {
   return n ? n : 1;
 }
 
-// Checks the local SGEs of a WQE before its first packet (C10-...: local
+// Checks the local SGEs of a WQE before its first packet (IBTA ch. 10: local
 // protection errors complete the WQE in error). Returns the failing status.
 verbs::WcStatus validate_local(Engine& e, const Qp& q, const SendWqe& w) noexcept {
   if (q.type == QpType::UD && w.length > q.mtu) return verbs::WcStatus::LocLenErr;
@@ -85,7 +85,7 @@ bool build_packet(Engine& e, Qp& q, SendWqe& w, bool* last_of_wqe) noexcept {
   bool last = true;
   if (o == WrOpcode::RdmaRead) {
     h.bth.opcode = wire::op::RC_READ_REQUEST;
-    offset = k * q.mtu;  // a retried READ asks for the rest only (9.4.4)
+    offset = k * q.mtu;  // a retried READ asks for the rest only (IBTA 9.4)
     h.ext.reth = {w.wr.rdma.remote_addr + offset, w.wr.rdma.rkey, w.length - offset};
     h.bth.ackreq = true;
   } else if (is_atomic(o)) {
@@ -150,7 +150,7 @@ bool requester_run(Engine& e, Qp& q, uint32_t budget) noexcept {
           st = ReqSt::Yield;
           break;
         }
-        // Go-back-N window on outstanding PSNs (also keeps within 2^23, 9.7.1).
+        // Go-back-N window on outstanding PSNs (also keeps within 2^23, IBTA 9.7).
         if (q.type == QpType::RC &&
             psn_diff(q.req.psn, q.comp.psn) >= static_cast<int32_t>(e.config().max_inflight_pkts)) {
           st = ReqSt::Stop;

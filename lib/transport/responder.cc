@@ -1,5 +1,5 @@
 // Responder: incoming requests -> placement, read responses, atomics, ACK/NAK
-// (IBTA 9.7.4, 9.7.5.1, 9.8; cf. rxe_resp.c).
+// (IBTA 9.7, 9.8; cf. rxe_resp.c).
 //
 // RC/UC packets run through an explicit state machine:
 //   CheckPsn -> CheckOpSeq -> CheckLength -> CheckResource -> CheckRkey
@@ -91,7 +91,7 @@ RespSt check_psn(Ctx& c) noexcept {
   RespState& r = c.q.resp;
   const int32_t d = psn_diff(c.psn, r.psn);
   if (!c.rc) {
-    // UC (9.7.7): a PSN gap loses the message in progress; resynchronise on this packet.
+    // UC (IBTA 9.7): a PSN gap loses the message in progress; resynchronise on this packet.
     if (d != 0 && r.in_msg) {
       r.in_msg = false;
       c.e.count(Ctr::UcMsgDropped);
@@ -111,7 +111,7 @@ RespSt check_op_seq(Ctx& c) noexcept {
   if (r.in_msg) {
     const bool same = r.in_write ? (c.op.flags & wire::kOpWrite) : (c.op.flags & wire::kOpSend);
     if (!first && same) return RespSt::CheckLength;
-    if (c.rc) return RespSt::ErrInvReq;  // C9-... opcode sequence error
+    if (c.rc) return RespSt::ErrInvReq;  // opcode sequence error: NAK invalid request (class C)
     r.in_msg = false;                    // UC: the old message is lost
     c.e.count(Ctr::UcMsgDropped);
     return first ? RespSt::CheckLength : RespSt::DropMsg;
@@ -157,7 +157,7 @@ RespSt check_rkey(Ctx& c) noexcept {
   const auto& x = c.pkt.h.ext;
   if ((f & wire::kOpWrite) && c.op.is_first()) {
     if (!(q.attr.qp_access_flags & verbs::kAccessRemoteWrite)) return RespSt::ErrRemAccess;
-    if (x.reth.len == 0) return RespSt::Execute;  // zero-length: no key check (9.4.3)
+    if (x.reth.len == 0) return RespSt::Execute;  // zero-length: no key check (IBTA 9.4)
     c.host = c.e.mrs().lookup(x.reth.rkey, q.pd, x.reth.va, x.reth.len, verbs::kAccessRemoteWrite, nullptr);
     return c.host ? RespSt::Execute : RespSt::ErrRemAccess;
   }
@@ -168,7 +168,7 @@ RespSt check_rkey(Ctx& c) noexcept {
     return c.host ? RespSt::Execute : RespSt::ErrRemAccess;
   }
   if (f & wire::kOpAtomic) {
-    if (x.atomic.va & 7) return RespSt::ErrInvReq;  // misaligned atomic (9.4.5)
+    if (x.atomic.va & 7) return RespSt::ErrInvReq;  // misaligned atomic (IBTA 9.4)
     if (!(q.attr.qp_access_flags & verbs::kAccessRemoteAtomic)) return RespSt::ErrRemAccess;
     c.host = c.e.mrs().lookup(x.atomic.rkey, q.pd, x.atomic.va, 8, verbs::kAccessRemoteAtomic, nullptr);
     return c.host ? RespSt::Execute : RespSt::ErrRemAccess;
@@ -302,7 +302,7 @@ RespSt duplicate(Ctx& c) noexcept {
     RespResource& res = r.res[i];
     if (f & wire::kOpRead) {
       if (res.kind != 1 || psn_diff(c.psn, res.first_psn) < 0 || psn_diff(c.psn, res.last_psn) > 0) continue;
-      // Re-execute from the PSN and RETH of the repeated request (9.7.5.1.2).
+      // Re-execute from the PSN and RETH of the repeated request (IBTA 9.7).
       const auto& reth = c.pkt.h.ext.reth;
       uint8_t* host = nullptr;
       if (reth.len) {
@@ -357,7 +357,7 @@ RespSt drop_msg(Ctx& c) noexcept {
 }
 
 void ud_rx(Engine& e, Qp& q, const wire::PacketView& pkt) noexcept {
-  if (pkt.h.ext.deth.qkey != q.attr.qkey) {  // C10-...: silently drop a bad Q_Key
+  if (pkt.h.ext.deth.qkey != q.attr.qkey) {  // Q_Key violation: silently drop (IBTA ch. 10)
     e.count(Ctr::UdQkeyDrop);
     return;
   }
@@ -414,13 +414,13 @@ void responder_rx(Engine& e, Qp& q, const wire::PacketView& pkt) noexcept {
       case RespSt::Execute: st = execute(c); break;
       case RespSt::Complete: st = complete(c); break;
       case RespSt::Acknowledge:
-        // Coalesced: only requests asking for it (AckReq) are acknowledged (9.7.5.1.1).
+        // Coalesced: only requests asking for it (AckReq) are acknowledged (IBTA 9.7).
         if (pkt.h.bth.ackreq) queue_ack(e, q, kAckSyndrome, c.psn);
         st = RespSt::Done;
         break;
       case RespSt::Duplicate: st = duplicate(c); break;
       case RespSt::ErrNakSeq:
-        // C9-...: one NAK per sequence error; later packets are dropped silently.
+        // IBTA 9.7: one NAK per sequence error; later packets are dropped silently.
         e.count(Ctr::OutOfSeqRequest);
         if (!q.resp.nak_sent) {
           q.resp.nak_sent = true;
