@@ -1,0 +1,141 @@
+// memlink: an in-memory Ethernet segment joining two or more PacketIo
+// endpoints, for tests and benchmarks of the engine without a NIC.
+//
+// - Time is a VirtualClock the test advances; a frame sent at t is delivered
+//   at t + delay (+ extra delay when it is picked for reordering).
+// - Buffers come from one pool preallocated at construction; alloc/free/tx/rx
+//   never allocate. Each port has a fixed-size min-heap of frames in flight,
+//   ordered by (delivery time, sequence number).
+// - Faults are drawn per frame from a seeded RNG, per sending port: loss,
+//   reordering, duplication, corruption (one bit flipped in the ICRC-covered
+//   bytes, so the receiver's ICRC check fails) and CE marking (ECN). Each is
+//   counted.
+// - Optional recording of every frame sent (test inspection; allocates, so it
+//   is off by default).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "io/packet_io.h"
+
+namespace droce::memlink {
+
+class VirtualClock : public io::Clock {
+ public:
+  uint64_t now_ns() const noexcept override { return now_; }
+  void advance(uint64_t ns) noexcept { now_ += ns; }
+  void set(uint64_t ns) noexcept { now_ = ns > now_ ? ns : now_; }
+
+ private:
+  uint64_t now_ = 1'000'000;
+};
+
+struct Faults {
+  double loss = 0;       // probability a frame is dropped
+  double reorder = 0;    // probability a frame is held back by reorder_delay_ns
+  double duplicate = 0;  // probability a frame is delivered twice
+  double corrupt = 0;    // probability one bit of the frame is flipped
+  double ce_mark = 0;    // probability an ECN-capable IPv4/IPv6 frame is marked CE
+  uint64_t delay_ns = 0;
+  uint64_t reorder_delay_ns = 2000;
+};
+
+enum class Counter : uint8_t {
+  TxFrames, Delivered, Lost, Reordered, Duplicated, Corrupted, CeMarked, NoRoute, PoolEmpty, QueueFull, kCount
+};
+const char* counter_name(Counter c) noexcept;
+
+struct Recorded {
+  uint64_t time_ns;
+  uint16_t from_port;
+  std::vector<uint8_t> bytes;
+};
+
+class Link;
+
+class Port final : public io::PacketIo {
+ public:
+  uint16_t rx_burst(io::PktBuf** bufs, uint16_t n) noexcept override;
+  uint16_t alloc_burst(io::PktBuf** bufs, uint16_t n) noexcept override;
+  uint16_t tx_burst(io::PktBuf** bufs, uint16_t n) noexcept override;
+  void free_burst(io::PktBuf** bufs, uint16_t n) noexcept override;
+  uint32_t buf_capacity() const noexcept override;
+  wire::MacAddr mac() const noexcept override { return mac_; }
+
+  void set_faults(const Faults& f) noexcept { faults_ = f; }
+  const Faults& faults() const noexcept { return faults_; }
+  uint16_t index() const noexcept { return index_; }
+  size_t in_flight() const noexcept { return heap_len_; }
+
+ private:
+  friend class Link;
+  struct Pending {
+    uint64_t at;
+    uint64_t seq;
+    io::PktBuf* buf;
+  };
+  Port(Link* link, uint16_t index, wire::MacAddr mac, uint32_t depth);
+  void enqueue(io::PktBuf* b, uint64_t at) noexcept;
+
+  Link* link_;
+  uint16_t index_;
+  wire::MacAddr mac_;
+  Faults faults_;
+  std::unique_ptr<Pending[]> heap_;
+  uint32_t heap_cap_;
+  uint32_t heap_len_ = 0;
+};
+
+class Link {
+ public:
+  // pool_bufs buffers of buf_size bytes each, shared by every port.
+  Link(const io::Clock& clock, uint64_t seed, uint32_t pool_bufs = 8192, uint32_t buf_size = 4096 + 128);
+  Link(const Link&) = delete;
+  Link& operator=(const Link&) = delete;
+
+  Port& add_port(wire::MacAddr mac);
+  Port& port(uint16_t i) noexcept { return *ports_[i]; }
+  size_t num_ports() const noexcept { return ports_.size(); }
+  void set_faults(const Faults& f) noexcept {
+    for (auto& p : ports_) p->set_faults(f);
+  }
+
+  uint64_t counter(Counter c) const noexcept { return counters_[static_cast<size_t>(c)]; }
+  // Earliest delivery time of a frame in flight, or UINT64_MAX.
+  uint64_t next_delivery_ns() const noexcept;
+  size_t in_flight() const noexcept;
+  uint32_t free_bufs() const noexcept { return free_len_; }
+  uint32_t pool_size() const noexcept { return pool_bufs_; }
+
+  void record(bool on) noexcept { recording_ = on; }
+  std::vector<Recorded>& recorded() noexcept { return recorded_; }
+
+ private:
+  friend class Port;
+  io::PktBuf* get_buf() noexcept;
+  void put_buf(io::PktBuf* b) noexcept;
+  void count(Counter c, uint64_t n = 1) noexcept { counters_[static_cast<size_t>(c)] += n; }
+  double uniform() noexcept { return dist_(rng_); }
+  void corrupt(io::PktBuf* b) noexcept;
+  bool mark_ce(io::PktBuf* b) noexcept;
+
+  const io::Clock& clock_;
+  std::mt19937_64 rng_;
+  std::uniform_real_distribution<double> dist_{0.0, 1.0};
+  uint32_t pool_bufs_;
+  uint32_t buf_size_;
+  std::unique_ptr<uint8_t[]> storage_;
+  std::unique_ptr<io::PktBuf[]> bufs_;
+  std::unique_ptr<io::PktBuf*[]> free_;
+  uint32_t free_len_ = 0;
+  std::vector<std::unique_ptr<Port>> ports_;
+  uint64_t seq_ = 0;
+  uint64_t counters_[static_cast<size_t>(Counter::kCount)]{};
+  bool recording_ = false;
+  std::vector<Recorded> recorded_;
+};
+
+}  // namespace droce::memlink

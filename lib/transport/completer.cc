@@ -1,0 +1,362 @@
+// Completer: responses and timers -> completions (IBTA 9.7, 9.9; cf. rxe_comp.c).
+//
+// Per response packet:
+//   CheckPsn -> (Ack | ReadResp | AtomicAck | Nak | RnrNak) -> Retire
+// and on timers: AckTimeout -> (Retry | RetryExceeded), RnrWaitOver.
+// WQEs complete strictly in SQ order: a response acknowledges every earlier
+// SEND/WRITE implicitly; an acknowledgement that covers a READ or atomic which
+// got no response means the response was lost, and the requester rewinds to it.
+#include <cstring>
+
+#include "transport/engine.h"
+
+namespace droce::transport {
+
+using verbs::SendWqe;
+using verbs::WcStatus;
+using verbs::WqeState;
+using verbs::WrOpcode;
+using wire::psn_add;
+
+namespace {
+
+enum class CompSt : uint8_t { CheckPsn, Ack, ReadResp, AtomicAck, Nak, RnrNak, Retire, Drop, Done };
+
+inline bool is_rd_atomic(WrOpcode o) noexcept {
+  return o == WrOpcode::RdmaRead || o == WrOpcode::AtomicCmpSwp || o == WrOpcode::AtomicFetchAdd;
+}
+
+void progress(Engine& e, Qp& q) noexcept {
+  q.comp.retry_left = q.attr.retry_cnt;
+  q.comp.rnr_left = q.attr.rnr_retry;
+  q.comp.last_retry_psn = 0xFFFFFFFF;
+  const uint64_t to = verbs::ack_timeout_ns(q.attr.timeout);
+  q.comp.deadline = (to && wire::psn_lt(q.comp.psn, q.req.next_new_psn)) ? e.now() + to : 0;
+  if (q.req.idx != q.sq.head) e.req_ready(q);
+}
+
+void wqe_done(Qp& q, SendWqe& w, WcStatus s) noexcept {
+  if (w.state == WqeState::Done) return;
+  w.status = s;
+  w.state = WqeState::Done;
+  if (is_rd_atomic(w.wr.opcode) && q.req.rd_atomic_out > 0) --q.req.rd_atomic_out;
+}
+
+// Rewinds to psn once per PSN (duplicate NAKs or coalesced ACKs do not rewind twice).
+void retry_from(Engine& e, Qp& q, uint32_t psn) noexcept {
+  if (q.comp.last_retry_psn == psn) return;
+  q.comp.last_retry_psn = psn;
+  requester_rewind(e, q, psn);
+}
+
+constexpr uint32_t kNoRewind = 0xFFFFFFFF;
+
+// Everything up to and including `last` is acknowledged. Returns the PSN the
+// requester was rewound to if a READ/atomic turned out unanswered, else kNoRewind.
+uint32_t ack_through(Engine& e, Qp& q, uint32_t last) noexcept {
+  if (wire::psn_lt(last, q.comp.psn)) return kNoRewind;  // nothing new
+  uint32_t rewound = kNoRewind;
+  bool moved = false;
+  for (uint32_t i = q.sq.tail; i != q.sq.head; ++i) {
+    SendWqe& w = q.sq.at(i);
+    if (w.state == WqeState::Posted) break;
+    if (w.state == WqeState::Done) continue;
+    if (wire::psn_lt(last, w.first_psn)) break;
+    if (is_rd_atomic(w.wr.opcode)) {
+      // IBTA 9.7 (implied NAK): the responder answered a later request, so this READ's or
+      // atomic's response was lost: ask again.
+      const uint32_t from = psn_add(w.first_psn, w.read_pkts_done);
+      if (wire::psn_gt(from, q.comp.psn)) {
+        q.comp.psn = from;
+        moved = true;
+      }
+      retry_from(e, q, from);
+      rewound = from;
+      break;
+    }
+    if (wire::psn_lt(last, w.last_psn)) {  // part of a multi-packet message
+      q.comp.psn = psn_add(last, 1);
+      moved = true;
+      break;
+    }
+    wqe_done(q, w, WcStatus::Success);
+    q.comp.psn = psn_add(w.last_psn, 1);
+    moved = true;
+  }
+  if (moved) progress(e, q);
+  return rewound;
+}
+
+// The first WQE not yet done whose PSN range reaches psn (the one a NAK is about).
+SendWqe* wqe_at(Qp& q, uint32_t psn) noexcept {
+  for (uint32_t i = q.sq.tail; i != q.sq.head; ++i) {
+    SendWqe& w = q.sq.at(i);
+    if (w.state == WqeState::Posted) return nullptr;
+    if (w.state == WqeState::Done) continue;
+    if (wire::psn_le(psn, w.last_psn)) return &w;
+  }
+  return nullptr;
+}
+
+CompSt on_read_resp(Engine& e, Qp& q, const wire::PacketView& pkt) noexcept {
+  const uint32_t psn = pkt.h.bth.psn;
+  for (uint32_t i = q.sq.tail; i != q.sq.head; ++i) {
+    SendWqe& w = q.sq.at(i);
+    if (w.state == WqeState::Posted) break;
+    if (w.state == WqeState::Done) continue;
+    if (w.wr.opcode != WrOpcode::RdmaRead) {
+      if (wire::psn_gt(psn, w.last_psn) && !is_rd_atomic(w.wr.opcode)) {
+        wqe_done(q, w, WcStatus::Success);  // implicitly acknowledged
+        q.comp.psn = psn_add(w.last_psn, 1);
+        continue;
+      }
+      if (wire::psn_gt(psn, w.last_psn)) retry_from(e, q, w.first_psn);  // atomic ACK lost
+      return CompSt::Drop;
+    }
+    const uint32_t expected = psn_add(w.first_psn, w.read_pkts_done);
+    if (wire::psn_gt(psn, w.last_psn)) {  // a later READ answered: this one's responses were lost
+      retry_from(e, q, expected);
+      return CompSt::Drop;
+    }
+    if (psn != expected) {
+      if (wire::psn_gt(psn, expected)) retry_from(e, q, expected);  // a response packet was lost
+      return CompSt::Drop;                                           // else a duplicate
+    }
+    const uint32_t off = w.read_pkts_done * q.mtu;
+    const uint32_t want = w.length - off < q.mtu ? w.length - off : q.mtu;
+    if (pkt.payload_len != want) return CompSt::Drop;
+    if (!scatter(e.mrs(), q.pd, w.wr.sg_list, w.wr.num_sge, off, pkt.payload(), pkt.payload_len)) {
+      wqe_done(q, w, WcStatus::LocProtErr);
+      return CompSt::Retire;
+    }
+    e.count(Ctr::ReadRespReceived);
+    ++w.read_pkts_done;
+    q.comp.psn = psn_add(psn, 1);
+    if (w.read_pkts_done == w.npkts) wqe_done(q, w, WcStatus::Success);
+    progress(e, q);
+    return CompSt::Retire;
+  }
+  return CompSt::Drop;
+}
+
+CompSt on_atomic_ack(Engine& e, Qp& q, const wire::PacketView& pkt) noexcept {
+  const uint32_t psn = pkt.h.bth.psn;
+  for (uint32_t i = q.sq.tail; i != q.sq.head; ++i) {
+    SendWqe& w = q.sq.at(i);
+    if (w.state == WqeState::Posted) break;
+    if (w.state == WqeState::Done) continue;
+    if (!is_rd_atomic(w.wr.opcode)) {
+      if (wire::psn_gt(psn, w.last_psn)) {
+        wqe_done(q, w, WcStatus::Success);
+        q.comp.psn = psn_add(w.last_psn, 1);
+        continue;
+      }
+      return CompSt::Drop;
+    }
+    if (w.first_psn != psn || w.wr.opcode == WrOpcode::RdmaRead) {
+      if (wire::psn_gt(psn, w.last_psn)) retry_from(e, q, psn_add(w.first_psn, w.read_pkts_done));
+      return CompSt::Drop;
+    }
+    const uint64_t orig = pkt.h.ext.atomic_orig;  // stored in host order, like a CPU atomic would
+    uint8_t bytes[8];
+    std::memcpy(bytes, &orig, 8);
+    if (!scatter(e.mrs(), q.pd, w.wr.sg_list, w.wr.num_sge, 0, bytes, 8)) {
+      wqe_done(q, w, WcStatus::LocProtErr);
+      return CompSt::Retire;
+    }
+    w.atomic_orig = orig;
+    wqe_done(q, w, WcStatus::Success);
+    q.comp.psn = psn_add(psn, 1);
+    progress(e, q);
+    return CompSt::Retire;
+  }
+  return CompSt::Drop;
+}
+
+}  // namespace
+
+void completer_retire(Engine& e, Qp& q) noexcept {
+  while (!q.sq.empty()) {
+    SendWqe& w = q.sq.at(q.sq.tail);
+    if (w.state != WqeState::Done) break;
+    const bool sig = q.sq_sig_all || (w.wr.send_flags & verbs::kSendSignaled) || w.status != WcStatus::Success;
+    if (sig) {
+      verbs::Wc wc;
+      wc.wr_id = w.wr.wr_id;
+      wc.status = w.status;
+      wc.opcode = wc_opcode_of(w.wr.opcode);
+      wc.byte_len = w.length;
+      wc.qp_num = q.qpn;
+      e.complete(q.send_cq, wc);
+    }
+    if (q.req.idx == q.sq.tail) {  // the requester was about to resend it: move past
+      ++q.req.idx;
+      const uint32_t after = psn_add(w.last_psn, 1);
+      if (w.npkts && wire::psn_lt(q.req.psn, after)) q.req.psn = after;
+    }
+    ++q.sq.tail;
+    if (w.status != WcStatus::Success) {
+      e.qp_to_error(q);  // flushes the rest (IBTA ch. 10: a completion error moves the QP to ERR)
+      return;
+    }
+  }
+}
+
+void completer_rx(Engine& e, Qp& q, const wire::PacketView& pkt) noexcept {
+  const uint32_t psn = pkt.h.bth.psn;
+  const wire::OpcodeInfo& op = *pkt.op;
+  const uint8_t syn = pkt.h.ext.aeth.syndrome;
+  CompSt st = CompSt::CheckPsn;
+  while (st != CompSt::Done) {
+    switch (st) {
+      case CompSt::CheckPsn:
+        // Only RC has responses; a response must be for a PSN that was sent and not yet acknowledged.
+        if (q.type != verbs::QpType::RC || !q.rts_like() || wire::psn_ge(psn, q.req.next_new_psn) ||
+            (wire::psn_lt(psn, q.comp.psn) &&
+             !((op.flags & wire::kOpAck) && (syn & wire::kAethKindMask) == wire::kAethAck))) {
+          st = CompSt::Drop;
+          break;
+        }
+        if (op.flags & wire::kOpAck) {
+          const uint8_t kind = syn & wire::kAethKindMask;
+          st = kind == wire::kAethAck ? CompSt::Ack : kind == wire::kAethRnrNak ? CompSt::RnrNak
+               : kind == wire::kAethNak ? CompSt::Nak : CompSt::Drop;
+        } else if (op.flags & wire::kOpRead) {
+          st = CompSt::ReadResp;
+        } else {
+          st = CompSt::AtomicAck;
+        }
+        break;
+
+      case CompSt::Ack:
+        e.count(Ctr::AcksReceived);
+        ack_through(e, q, psn);
+        st = CompSt::Retire;
+        break;
+
+      case CompSt::ReadResp:
+        st = on_read_resp(e, q, pkt);
+        break;
+
+      case CompSt::AtomicAck:
+        st = on_atomic_ack(e, q, pkt);
+        break;
+
+      case CompSt::RnrNak: {
+        e.count(Ctr::RnrNakReceived);
+        ++q.ctr.rnr_naks_received;
+        const uint32_t rewound = ack_through(e, q, psn_add(psn, 0xFFFFFF));  // everything before psn
+        SendWqe* w = wqe_at(q, psn);
+        if (!w) {
+          st = CompSt::Drop;
+          break;
+        }
+        if (q.comp.rnr_left == 0) {
+          e.count(Ctr::RnrRetryExceeded);
+          wqe_done(q, *w, WcStatus::RnrRetryExcErr);
+          st = CompSt::Retire;
+          break;
+        }
+        if (q.comp.rnr_left != 7) --q.comp.rnr_left;  // 7 = retry forever
+        // Wait at least the responder's timer (IBTA 9.7), then resend from psn.
+        q.comp.last_retry_psn = 0xFFFFFFFF;
+        // Resend from psn, or from an earlier unanswered READ/atomic.
+        requester_rewind(e, q, rewound != kNoRewind ? rewound : psn);
+        q.comp.rnr_wait = true;
+        q.comp.rnr_until = e.now() + verbs::rnr_timer_ns(syn & 0x1F);
+        q.comp.deadline = 0;
+        st = CompSt::Retire;
+        break;
+      }
+
+      case CompSt::Nak: {
+        const uint8_t code = syn & 0x1F;
+        const uint32_t rewound = ack_through(e, q, psn_add(psn, 0xFFFFFF));
+        if (code == wire::kNakPsnSeqError) {
+          e.count(Ctr::SeqNakReceived);
+          ++q.ctr.seq_naks_received;
+          // Already going back to psn, or to an earlier unanswered READ/atomic (which covers psn).
+          if (q.comp.last_retry_psn == psn || rewound != kNoRewind) {
+            st = CompSt::Retire;
+            break;
+          }
+          SendWqe* w = wqe_at(q, psn);
+          if (w && q.comp.retry_left == 0) {
+            e.count(Ctr::RetryExceeded);
+            wqe_done(q, *w, WcStatus::RetryExcErr);
+          } else if (w) {
+            --q.comp.retry_left;
+            retry_from(e, q, psn);
+          }
+          st = CompSt::Retire;
+          break;
+        }
+        e.count(Ctr::ErrNakReceived);
+        SendWqe* w = wqe_at(q, psn);
+        if (w) {
+          wqe_done(q, *w,
+                   code == wire::kNakRemoteAccessError        ? WcStatus::RemAccessErr
+                   : code == wire::kNakRemoteOperationalError ? WcStatus::RemOpErr
+                                                              : WcStatus::RemInvReqErr);
+        }
+        st = CompSt::Retire;
+        break;
+      }
+
+      case CompSt::Retire:
+        completer_retire(e, q);
+        st = CompSt::Done;
+        break;
+
+      case CompSt::Drop:
+        e.count(Ctr::GhostResponse);
+        st = CompSt::Done;
+        break;
+
+      case CompSt::Done:
+        break;
+    }
+  }
+}
+
+void completer_timer(Engine& e, Qp& q, uint64_t now) noexcept {
+  if (q.comp.rnr_wait) {
+    if (now < q.comp.rnr_until) return;
+    q.comp.rnr_wait = false;
+    const uint64_t to = verbs::ack_timeout_ns(q.attr.timeout);
+    q.comp.deadline = to ? now + to : 0;
+    e.req_ready(q);
+    return;
+  }
+  const bool outstanding = wire::psn_lt(q.comp.psn, q.req.next_new_psn);
+  if (!outstanding) {
+    q.comp.deadline = 0;
+    if (q.req.idx != q.sq.head) e.req_ready(q);
+    return;
+  }
+  const uint64_t to = verbs::ack_timeout_ns(q.attr.timeout);
+  if (to == 0) return;  // timeout 0: wait forever
+  if (q.comp.deadline == 0) {
+    q.comp.deadline = now + to;
+    return;
+  }
+  if (now < q.comp.deadline) return;
+  e.count(Ctr::AckTimeouts);
+  ++q.ctr.timeouts;
+  SendWqe* w = wqe_at(q, q.comp.psn);
+  if (!w) {
+    q.comp.deadline = now + to;
+    return;
+  }
+  if (q.comp.retry_left == 0) {
+    e.count(Ctr::RetryExceeded);
+    wqe_done(q, *w, WcStatus::RetryExcErr);
+    completer_retire(e, q);
+    return;
+  }
+  --q.comp.retry_left;
+  q.comp.last_retry_psn = 0xFFFFFFFF;
+  requester_rewind(e, q, q.comp.psn);
+}
+
+}  // namespace droce::transport

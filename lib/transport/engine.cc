@@ -1,0 +1,492 @@
+#include "transport/engine.h"
+
+#include <cerrno>
+#include <cstring>
+
+namespace droce::transport {
+
+using verbs::QpState;
+using verbs::WcStatus;
+
+namespace {
+constexpr const char* kCtrNames[] = {
+    "rx_frames",         "rx_parse_err",       "rx_icrc_err",       "rx_no_qp",
+    "rx_bad_state",      "rx_bad_transport",   "tx_frames",         "tx_no_buf",
+    "req_packets",       "req_retransmits",    "ack_timeouts",      "retry_exceeded",
+    "rnr_retry_exceeded", "acks_sent",         "acks_received",     "seq_nak_sent",
+    "seq_nak_received",  "rnr_nak_sent",       "rnr_nak_received",  "err_nak_sent",
+    "err_nak_received",  "read_resp_sent",     "read_resp_received", "atomic_executed",
+    "atomic_replayed",   "read_replayed",      "dup_request",       "out_of_seq_request",
+    "ghost_response",    "uc_msg_dropped",     "ud_qkey_drop",      "ud_no_recv_drop",
+    "ud_len_drop",       "ce_received",        "cnp_sent",          "cnp_suppressed",
+    "cnp_received",      "cq_overrun",
+};
+static_assert(std::size(kCtrNames) == static_cast<size_t>(Ctr::kCount));
+}  // namespace
+
+const char* ctr_name(Ctr c) noexcept {
+  const auto i = static_cast<size_t>(c);
+  return i < std::size(kCtrNames) ? kCtrNames[i] : "unknown";
+}
+
+verbs::WcOpcode wc_opcode_of(verbs::WrOpcode op) noexcept {
+  using verbs::WcOpcode;
+  using verbs::WrOpcode;
+  switch (op) {
+    case WrOpcode::RdmaWrite:
+    case WrOpcode::RdmaWriteImm: return WcOpcode::RdmaWrite;
+    case WrOpcode::RdmaRead: return WcOpcode::RdmaRead;
+    case WrOpcode::AtomicCmpSwp: return WcOpcode::CompSwap;
+    case WrOpcode::AtomicFetchAdd: return WcOpcode::FetchAdd;
+    case WrOpcode::LocalInv: return WcOpcode::LocalInv;
+    case WrOpcode::BindMw: return WcOpcode::BindMw;
+    default: return WcOpcode::Send;
+  }
+}
+
+bool gather(const verbs::MrTable& mrs, uint32_t pd, const verbs::SendWqe& w, uint32_t off, uint8_t* dst,
+            uint32_t len) noexcept {
+  if (len == 0) return true;
+  if (w.is_inline) {
+    if (off + len > w.length) return false;
+    std::memcpy(dst, w.inline_data + off, len);
+    return true;
+  }
+  for (uint32_t i = 0; i < w.wr.num_sge && len > 0; ++i) {
+    const verbs::Sge& s = w.wr.sg_list[i];
+    if (off >= s.length) {
+      off -= s.length;
+      continue;
+    }
+    const uint32_t n = s.length - off < len ? s.length - off : len;
+    const uint8_t* src = mrs.lookup(s.lkey, pd, s.addr + off, n, 0, nullptr);
+    if (!src) return false;
+    std::memcpy(dst, src, n);
+    dst += n;
+    len -= n;
+    off = 0;
+  }
+  return len == 0;
+}
+
+bool scatter(const verbs::MrTable& mrs, uint32_t pd, const verbs::Sge* sge, uint32_t num_sge, uint32_t off,
+             const uint8_t* src, uint32_t len) noexcept {
+  if (len == 0) return true;
+  for (uint32_t i = 0; i < num_sge && len > 0; ++i) {
+    const verbs::Sge& s = sge[i];
+    if (off >= s.length) {
+      off -= s.length;
+      continue;
+    }
+    const uint32_t n = s.length - off < len ? s.length - off : len;
+    uint8_t* dst = mrs.lookup(s.lkey, pd, s.addr + off, n, verbs::kAccessLocalWrite, nullptr);
+    if (!dst) return false;
+    std::memcpy(dst, src, n);
+    src += n;
+    len -= n;
+    off = 0;
+  }
+  return len == 0;
+}
+
+Engine::Engine(const EngineConfig& cfg, io::PacketIo& io, const io::Clock& clock)
+    : cfg_(cfg), io_(io), clock_(clock) {
+  if (cfg_.max_qps < 4) cfg_.max_qps = 4;
+  if (cfg_.max_inflight_pkts == 0) cfg_.max_inflight_pkts = 1;
+  if (cfg_.max_inflight_pkts > (1u << 22)) cfg_.max_inflight_pkts = 1u << 22;
+  if (cfg_.mr_mem == nullptr) {
+    const size_t bytes = verbs::MrTable::bytes_for(cfg_.max_mrs) + 64;
+    mr_mem_owned_.reset(new uint8_t[bytes]);
+    auto p = reinterpret_cast<uintptr_t>(mr_mem_owned_.get());
+    p = (p + 63) & ~uintptr_t{63};
+    mrs_ = std::make_unique<verbs::MrTable>(reinterpret_cast<void*>(p), verbs::MrTable::bytes_for(cfg_.max_mrs));
+  } else {
+    mrs_ = std::make_unique<verbs::MrTable>(cfg_.mr_mem, cfg_.mr_mem_bytes);
+  }
+  qps_.resize(cfg_.max_qps);
+  const uint32_t qcap = verbs::round_pow2(cfg_.max_qps);
+  q_mask_ = qcap - 1;
+  req_q_.reset(new Qp*[qcap]);
+  resp_q_.reset(new Qp*[qcap]);
+  now_ = clock_.now_ns();
+  last_timer_scan_ = now_;
+}
+
+Engine::~Engine() {
+  if (spare_len_) io_.free_burst(spare_, spare_len_);
+  if (tx_len_) io_.free_burst(tx_, tx_len_);
+  if (cur_) io_.free_burst(&cur_, 1);
+}
+
+verbs::Cq* Engine::create_cq(uint32_t cqe) {
+  if (cqe == 0 || cqe > (1u << 22)) return nullptr;
+  cqs_.push_back(std::make_unique<verbs::Cq>(cqe));
+  return cqs_.back().get();
+}
+
+verbs::Srq* Engine::create_srq(verbs::Pd pd, uint32_t max_wr) {
+  if (pd.handle == 0 || max_wr == 0 || max_wr > (1u << 20)) return nullptr;
+  srqs_.push_back(std::make_unique<verbs::Srq>(pd.handle, max_wr));
+  return srqs_.back().get();
+}
+
+int Engine::create_qp(const verbs::QpInitAttr& init, uint32_t* qpn) {
+  if (!qpn || init.pd == 0 || !init.send_cq || !init.recv_cq) return EINVAL;
+  if (init.qp_type != verbs::QpType::RC && init.qp_type != verbs::QpType::UC && init.qp_type != verbs::QpType::UD)
+    return EINVAL;
+  const verbs::QpCap& c = init.cap;
+  if (c.max_send_wr == 0 || c.max_send_wr > (1u << 16) || c.max_recv_wr > (1u << 16) ||
+      c.max_send_sge > verbs::kMaxSge || c.max_recv_sge > verbs::kMaxSge || c.max_inline_data > verbs::kMaxInline)
+    return EINVAL;
+  if (init.srq && init.srq->pd() != init.pd) return EINVAL;
+  for (uint32_t n = 2; n < qps_.size(); ++n) {  // QP0/QP1 are reserved
+    if (!qps_[n]) {
+      qps_[n] = std::make_unique<Qp>(n, init);
+      qps_[n]->hdr.l2.src = io_.mac();
+      qps_[n]->hdr.l3.src = cfg_.gid;
+      live_qps_.push_back(qps_[n].get());
+      *qpn = n;
+      return 0;
+    }
+  }
+  return ENOMEM;
+}
+
+int Engine::destroy_qp(uint32_t qpn) {
+  Qp* q = qp(qpn);
+  if (!q) return EINVAL;
+  // Drop it from the ready lists.
+  auto purge = [&](std::unique_ptr<Qp*[]>& ring, uint32_t& head, uint32_t& tail) {
+    uint32_t w = tail;
+    for (uint32_t r = tail; r != head; ++r)
+      if (ring[r & q_mask_] != q) ring[w++ & q_mask_] = ring[r & q_mask_];
+    head = w;
+  };
+  purge(req_q_, req_head_, req_tail_);
+  purge(resp_q_, resp_head_, resp_tail_);
+  for (size_t i = 0; i < live_qps_.size(); ++i)
+    if (live_qps_[i] == q) {
+      live_qps_[i] = live_qps_.back();
+      live_qps_.pop_back();
+      break;
+    }
+  qps_[qpn].reset();
+  return 0;
+}
+
+void Engine::build_template(Qp& q) noexcept {
+  wire::Headers& h = q.hdr;
+  h = wire::Headers{};
+  const verbs::Ah& ah = q.attr.ah_attr;
+  h.l2.src = io_.mac();
+  h.l2.dst = ah.dmac;
+  h.l2.vlan = ah.vlan;
+  h.l2.vlan_tci = ah.vlan_tci;
+  h.l3.ipv6 = !wire::gid_is_ipv4_mapped(ah.dgid);
+  h.l3.src = cfg_.gid;
+  h.l3.dst = ah.dgid;
+  h.l3.tos = static_cast<uint8_t>((ah.traffic_class & ~wire::kEcnMask) | (cfg_.ecn ? wire::kEcnEct0 : 0));
+  h.l3.ttl = ah.hop_limit;
+  h.l3.flow_label = ah.flow_label;
+  // Source port: entropy from the QP pair, in the range rxe uses (0xC000 + 14 bits).
+  h.l4.sport = static_cast<uint16_t>(0xC000 | ((q.qpn * 0x9E37u ^ q.attr.dest_qp_num) & 0x3FFF));
+  h.bth.dqpn = q.attr.dest_qp_num;
+  h.bth.pkey = wire::kDefaultPkey;
+}
+
+void Engine::reset_transport(Qp& q) noexcept {
+  q.req = ReqState{};
+  q.comp = CompState{};
+  q.resp = RespState{};
+  q.sq.head = q.sq.tail = 0;
+  q.rq.head = q.rq.tail = 0;
+}
+
+int Engine::modify_qp(uint32_t qpn, const verbs::QpAttr& attr, uint32_t mask) noexcept {
+  Qp* q = qp(qpn);
+  if (!q) return EINVAL;
+  if (int rc = q->check_modify(attr, mask)) return rc;
+  const QpState old = q->state;
+  q->apply_attrs(attr, mask);
+  const QpState next = q->state;
+  if (next == QpState::Reset) {
+    reset_transport(*q);
+    return 0;
+  }
+  if (next == QpState::Err) {
+    if (old != QpState::Err) qp_to_error(*q);
+    return 0;
+  }
+  if (next == QpState::Rtr && old == QpState::Init) {
+    q->resp = RespState{};
+    q->resp.psn = q->attr.rq_psn;
+    if (q->type != verbs::QpType::UD) build_template(*q);
+  }
+  if (mask & verbs::kQpAv) build_template(*q);
+  if (next == QpState::Rts && old == QpState::Rtr) {
+    q->req = ReqState{};
+    q->req.idx = q->sq.tail;
+    q->req.psn = q->req.next_new_psn = q->attr.sq_psn;
+    q->comp = CompState{};
+    q->comp.psn = q->attr.sq_psn;
+    q->comp.retry_left = q->attr.retry_cnt;
+    q->comp.rnr_left = q->attr.rnr_retry;
+  }
+  if (next == QpState::Rts && !q->sq.empty()) req_ready(*q);
+  return 0;
+}
+
+int Engine::query_qp(uint32_t qpn, verbs::QpAttr* attr) const noexcept {
+  if (qpn >= qps_.size() || !qps_[qpn] || !attr) return EINVAL;
+  *attr = qps_[qpn]->attr;
+  attr->qp_state = attr->cur_qp_state = qps_[qpn]->state;
+  attr->sq_draining = qps_[qpn]->state == QpState::Sqd && qps_[qpn]->req.idx != qps_[qpn]->sq.tail;
+  return 0;
+}
+
+int Engine::post_send(uint32_t qpn, const verbs::SendWr& wr) noexcept {
+  Qp* q = qp(qpn);
+  if (!q) return EINVAL;
+  if (int rc = q->post_send(wr)) return rc;
+  if (q->state == QpState::Err) {
+    flush_queues(*q);
+  } else if (q->state == QpState::Rts) {
+    req_ready(*q);
+  }
+  return 0;
+}
+
+int Engine::post_recv(uint32_t qpn, const verbs::RecvWr& wr) noexcept {
+  Qp* q = qp(qpn);
+  if (!q) return EINVAL;
+  if (int rc = q->post_recv(wr)) return rc;
+  if (q->state == QpState::Err) flush_queues(*q);
+  return 0;
+}
+
+void Engine::complete(verbs::Cq* cq, const verbs::Wc& wc) noexcept {
+  if (!cq->push(wc)) count(Ctr::CqOverrun);
+}
+
+void Engine::flush_queues(Qp& q) noexcept {
+  // Every WQE not yet retired completes with WR_FLUSH_ERR (always reported).
+  while (!q.sq.empty()) {
+    verbs::SendWqe& w = q.sq.at(q.sq.tail);
+    verbs::Wc wc;
+    wc.wr_id = w.wr.wr_id;
+    wc.status = (w.state == verbs::WqeState::Done && w.status != WcStatus::Success) ? w.status : WcStatus::WrFlushErr;
+    wc.opcode = wc_opcode_of(w.wr.opcode);
+    wc.qp_num = q.qpn;
+    complete(q.send_cq, wc);
+    ++q.sq.tail;
+  }
+  q.req.idx = q.sq.tail;
+  q.req.rd_atomic_out = 0;
+  if (q.resp.have_recv) {
+    verbs::Wc wc;
+    wc.wr_id = q.resp.recv.wr_id;
+    wc.status = WcStatus::WrFlushErr;
+    wc.opcode = verbs::WcOpcode::Recv;
+    wc.qp_num = q.qpn;
+    complete(q.recv_cq, wc);
+    q.resp.have_recv = false;
+  }
+  while (!q.rq.empty()) {
+    verbs::Wc wc;
+    wc.wr_id = q.rq.at(q.rq.tail).wr_id;
+    wc.status = WcStatus::WrFlushErr;
+    wc.opcode = verbs::WcOpcode::Recv;
+    wc.qp_num = q.qpn;
+    complete(q.recv_cq, wc);
+    ++q.rq.tail;
+  }
+  q.resp.in_msg = false;
+}
+
+void Engine::qp_to_error(Qp& q) noexcept {
+  q.state = QpState::Err;
+  q.attr.qp_state = QpState::Err;
+  q.comp.deadline = 0;
+  q.comp.rnr_wait = false;
+  for (auto& r : q.resp.res) r.active = false;
+  q.resp.emit_head = q.resp.emit_tail = 0;
+  flush_queues(q);
+}
+
+void Engine::req_ready(Qp& q) noexcept {
+  if (q.in_req_ready) return;
+  q.in_req_ready = true;
+  req_q_[req_head_++ & q_mask_] = &q;
+}
+
+void Engine::resp_ready(Qp& q) noexcept {
+  if (q.in_resp_ready) return;
+  q.in_resp_ready = true;
+  resp_q_[resp_head_++ & q_mask_] = &q;
+}
+
+uint8_t* Engine::begin_frame(const wire::Headers& h, uint32_t payload_len) noexcept {
+  if (tx_len_ >= kBurst) flush_tx();
+  if (tx_len_ >= kBurst) {
+    tx_blocked_ = true;
+    return nullptr;
+  }
+  if (spare_len_ == 0) spare_len_ = io_.alloc_burst(spare_, kBurst);
+  if (spare_len_ == 0) {
+    count(Ctr::TxNoBuf);
+    tx_blocked_ = true;
+    return nullptr;
+  }
+  io::PktBuf* b = spare_[--spare_len_];
+  if (wire::frame_len(h, payload_len) > b->cap) {
+    spare_[spare_len_++] = b;
+    count(Ctr::TxNoBuf);
+    return nullptr;
+  }
+  const size_t hl = wire::build_headers({b->data, b->cap}, h, payload_len);
+  cur_ = b;
+  return b->data + hl;
+}
+
+void Engine::end_frame(const wire::Headers& h, uint32_t payload_len) noexcept {
+  io::PktBuf* b = cur_;
+  cur_ = nullptr;
+  b->len = static_cast<uint32_t>(wire::finish_frame({b->data, b->cap}, h, payload_len));
+  tx_[tx_len_++] = b;
+  count(Ctr::TxFrames);
+}
+
+void Engine::flush_tx() noexcept {
+  if (tx_len_ == 0) return;
+  const uint16_t sent = io_.tx_burst(tx_, tx_len_);
+  if (sent < tx_len_) {
+    std::memmove(tx_, tx_ + sent, (tx_len_ - sent) * sizeof(tx_[0]));
+    tx_blocked_ = true;
+  }
+  tx_len_ = static_cast<uint16_t>(tx_len_ - sent);
+}
+
+void Engine::send_cnp(Qp& q, const wire::PacketView& pkt) noexcept {
+  // Notification point (annex A17.9.2): one CNP to the sending QP, rate-limited per QP.
+  if (q.cnp_ever && now_ - q.last_cnp_ns < cfg_.cnp_interval_ns) {
+    count(Ctr::CnpSuppressed);
+    return;
+  }
+  wire::Headers h;
+  h.l2.src = io_.mac();
+  h.l2.dst = pkt.h.l2.src;
+  h.l2.vlan = pkt.h.l2.vlan;
+  h.l2.vlan_tci = pkt.h.l2.vlan_tci;
+  h.l3.ipv6 = pkt.h.l3.ipv6;
+  h.l3.src = pkt.h.l3.dst;
+  h.l3.dst = pkt.h.l3.src;
+  h.l3.tos = static_cast<uint8_t>(pkt.h.l3.tos & ~wire::kEcnMask);  // CNPs are not ECN-capable
+  h.l4.sport = pkt.h.l4.sport;
+  h.bth.opcode = wire::op::CNP;
+  h.bth.resv8a = wire::kBthBecn;
+  h.bth.dqpn = q.type == verbs::QpType::UD ? pkt.h.ext.deth.sqpn : q.attr.dest_qp_num;
+  h.bth.psn = 0;
+  if (!begin_frame(h, 0)) return;
+  end_frame(h, 0);
+  q.cnp_ever = true;
+  q.last_cnp_ns = now_;
+  ++q.ctr.cnp_sent;
+  count(Ctr::CnpSent);
+}
+
+void Engine::rx(io::PktBuf* b) noexcept {
+  count(Ctr::RxFrames);
+  wire::PacketView pkt;
+  const wire::ParseError err = wire::parse_frame({b->data, b->len}, pkt);
+  if (err != wire::ParseError::Ok) {
+    count(err == wire::ParseError::IcrcMismatch ? Ctr::RxIcrcErr : Ctr::RxParseErr);
+    return;
+  }
+  Qp* q = qp(pkt.h.bth.dqpn);
+  if (!q) {
+    count(Ctr::RxNoQp);
+    return;
+  }
+  const wire::OpcodeInfo& op = *pkt.op;
+  if (op.flags & wire::kOpCnp) {
+    count(Ctr::CnpReceived);
+    ++q->ctr.cnp_received;
+    return;
+  }
+  const auto want = q->type == verbs::QpType::RC ? wire::Transport::RC
+                    : q->type == verbs::QpType::UC ? wire::Transport::UC
+                                                   : wire::Transport::UD;
+  if (op.transport != want) {
+    count(Ctr::RxBadTransport);
+    return;
+  }
+  if (!q->can_receive()) {
+    count(Ctr::RxBadState);
+    return;
+  }
+  if (pkt.h.l3.ecn() == wire::kEcnCe) {
+    count(Ctr::CeReceived);
+    ++q->ctr.ce_received;
+    if (cfg_.ecn) send_cnp(*q, pkt);
+  }
+  if (op.flags & wire::kOpRequest) {
+    responder_rx(*this, *q, pkt);
+  } else {
+    completer_rx(*this, *q, pkt);
+  }
+}
+
+void Engine::run_timers() noexcept {
+  last_timer_scan_ = now_;
+  for (Qp* q : live_qps_) {
+    if (q->type != verbs::QpType::RC || !q->rts_like()) continue;
+    completer_timer(*this, *q, now_);
+  }
+}
+
+uint64_t Engine::next_timer_ns() const noexcept {
+  uint64_t t = UINT64_MAX;
+  for (const Qp* q : live_qps_) {
+    if (q->type != verbs::QpType::RC || !q->rts_like()) continue;
+    if (q->comp.rnr_wait && q->comp.rnr_until < t) t = q->comp.rnr_until;
+    if (q->comp.deadline && q->comp.deadline < t) t = q->comp.deadline;
+  }
+  return t;
+}
+
+bool Engine::idle() const noexcept { return req_head_ == req_tail_ && resp_head_ == resp_tail_ && tx_len_ == 0; }
+
+uint32_t Engine::poll() noexcept {
+  now_ = clock_.now_ns();
+  tx_blocked_ = false;
+  uint32_t work = 0;
+  const uint32_t tx_before = static_cast<uint32_t>(counter(Ctr::TxFrames));
+  // 1. Receive.
+  io::PktBuf* rx_bufs[kBurst];
+  const uint16_t n = io_.rx_burst(rx_bufs, kBurst);
+  for (uint16_t i = 0; i < n; ++i) {
+    if (i + 1 < n) __builtin_prefetch(rx_bufs[i + 1]->data);
+    rx(rx_bufs[i]);
+  }
+  if (n) io_.free_burst(rx_bufs, n);
+  work += n;
+  // 2. Timers, by elapsed time.
+  if (now_ - last_timer_scan_ >= cfg_.timer_scan_ns) run_timers();
+  // 3. Responder output (read responses, ACK/NAK) before new requests.
+  for (uint32_t k = resp_head_ - resp_tail_; k > 0 && !tx_blocked_; --k) {
+    Qp* q = resp_q_[resp_tail_++ & q_mask_];
+    q->in_resp_ready = false;
+    if (responder_tx(*this, *q, cfg_.pkts_per_turn)) resp_ready(*q);
+  }
+  // 4. Requester.
+  for (uint32_t k = req_head_ - req_tail_; k > 0 && !tx_blocked_; --k) {
+    Qp* q = req_q_[req_tail_++ & q_mask_];
+    q->in_req_ready = false;
+    if (requester_run(*this, *q, cfg_.pkts_per_turn)) req_ready(*q);
+  }
+  flush_tx();
+  work += static_cast<uint32_t>(counter(Ctr::TxFrames)) - tx_before;
+  return work;
+}
+
+}  // namespace droce::transport

@@ -1,0 +1,196 @@
+// The transport engine: one device's QPs, run to completion on one thread.
+//
+//   poll():  rx_burst -> parse -> dispatch by QPN -> responder / completer
+//            -> timers (by elapsed time on the Clock) -> responder output
+//            (read responses, ACK/NAK) -> requester -> tx_burst
+//
+// Control-path calls (create_*, modify_qp, post_*) are made on the engine's
+// thread too. Nothing on the packet path allocates, locks, throws or logs.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "io/packet_io.h"
+#include "transport/qp.h"
+#include "verbs/mr.h"
+#include "verbs/queues.h"
+
+namespace droce::transport {
+
+// Engine counters: enum + name table (engine.cc).
+enum class Ctr : uint16_t {
+  RxFrames,
+  RxParseErr,    // not RoCEv2 or malformed
+  RxIcrcErr,     // ICRC mismatch (corruption)
+  RxNoQp,        // unknown destination QPN
+  RxBadState,    // QP cannot receive in its state
+  RxBadTransport,  // opcode of another service type than the QP's
+  TxFrames,
+  TxNoBuf,       // no TX buffer; packet not sent (retried later or lost)
+  ReqPackets,    // request packets sent (new and retransmitted)
+  ReqRetransmits,
+  AckTimeouts,
+  RetryExceeded,
+  RnrRetryExceeded,
+  AcksSent,
+  AcksReceived,
+  SeqNakSent,
+  SeqNakReceived,
+  RnrNakSent,
+  RnrNakReceived,
+  ErrNakSent,     // invalid request / remote access / remote operational
+  ErrNakReceived,
+  ReadRespSent,
+  ReadRespReceived,
+  AtomicExecuted,
+  AtomicReplayed,
+  ReadReplayed,
+  DupRequest,
+  OutOfSeqRequest,
+  GhostResponse,   // response for nothing outstanding / duplicate response
+  UcMsgDropped,
+  UdQkeyDrop,
+  UdNoRecvDrop,
+  UdLenDrop,
+  CeReceived,
+  CnpSent,
+  CnpSuppressed,  // rate limit
+  CnpReceived,
+  CqOverrun,
+  kCount
+};
+const char* ctr_name(Ctr c) noexcept;
+
+struct EngineConfig {
+  wire::MacAddr mac{};
+  wire::Gid gid{};
+  uint32_t max_qps = 1024;  // QPNs 2 .. max_qps-1
+  // MR table storage: caller's block (e.g. hugepages); nullptr = engine allocates.
+  void* mr_mem = nullptr;
+  size_t mr_mem_bytes = 0;
+  uint32_t max_mrs = 4096;
+  uint32_t max_inflight_pkts = 1024;  // go-back-N window (PSNs) per QP
+  uint32_t ack_req_every = 32;        // AckReq at least every N packets of a long message
+  uint32_t pkts_per_turn = 32;        // requester packets per QP before moving on (fairness)
+  bool ecn = true;                    // send ECT(0); answer CE with CNPs
+  uint64_t cnp_interval_ns = 50'000;  // at most one CNP per QP per interval
+  uint64_t timer_scan_ns = 2'000;
+};
+
+class Engine {
+ public:
+  static constexpr uint16_t kBurst = 32;
+
+  Engine(const EngineConfig& cfg, io::PacketIo& io, const io::Clock& clock);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // ---- control path (verbs) ----
+  verbs::Pd alloc_pd() noexcept { return verbs::Pd{++pd_seq_}; }
+  verbs::MrTable& mrs() noexcept { return *mrs_; }
+  int reg_mr(verbs::Pd pd, void* addr, uint64_t len, uint32_t access, uint32_t* key) noexcept {
+    return mrs_->reg(pd, addr, len, access, key);
+  }
+  int dereg_mr(uint32_t key) noexcept { return mrs_->dereg(key); }
+  verbs::Cq* create_cq(uint32_t cqe);
+  verbs::Srq* create_srq(verbs::Pd pd, uint32_t max_wr);
+  int create_qp(const verbs::QpInitAttr& init, uint32_t* qpn);
+  int destroy_qp(uint32_t qpn);
+  int modify_qp(uint32_t qpn, const verbs::QpAttr& attr, uint32_t mask) noexcept;
+  int query_qp(uint32_t qpn, verbs::QpAttr* attr) const noexcept;
+  int post_send(uint32_t qpn, const verbs::SendWr& wr) noexcept;
+  int post_recv(uint32_t qpn, const verbs::RecvWr& wr) noexcept;
+  int post_srq_recv(verbs::Srq* srq, const verbs::RecvWr& wr) noexcept { return srq->post(wr); }
+
+  // ---- data path ----
+  // One pass of the loop. Returns the number of packets received + sent.
+  uint32_t poll() noexcept;
+  // Earliest time a timer of this engine fires (ACK timeout, RNR wait), or UINT64_MAX.
+  uint64_t next_timer_ns() const noexcept;
+  bool idle() const noexcept;  // nothing queued to send
+
+  uint64_t counter(Ctr c) const noexcept { return ctr_.v[static_cast<size_t>(c)]; }
+  Qp* qp(uint32_t qpn) noexcept { return qpn < qps_.size() ? qps_[qpn].get() : nullptr; }
+  const EngineConfig& config() const noexcept { return cfg_; }
+  uint64_t now() const noexcept { return now_; }
+
+  // ---- used by requester/responder/completer (engine thread only) ----
+  void count(Ctr c, uint64_t n = 1) noexcept { ctr_.v[static_cast<size_t>(c)] += n; }
+  // Starts a frame: writes the headers of h for a payload of payload_len bytes
+  // into a TX buffer and returns where the payload goes (nullptr: no buffer).
+  uint8_t* begin_frame(const wire::Headers& h, uint32_t payload_len) noexcept;
+  // Writes pad + ICRC and queues the frame begun last for TX.
+  void end_frame(const wire::Headers& h, uint32_t payload_len) noexcept;
+  bool tx_room() const noexcept { return !tx_blocked_; }
+  void req_ready(Qp& qp) noexcept;
+  void resp_ready(Qp& qp) noexcept;
+  void qp_to_error(Qp& qp) noexcept;
+  void complete(verbs::Cq* cq, const verbs::Wc& wc) noexcept;
+  void send_cnp(Qp& qp, const wire::PacketView& pkt) noexcept;
+
+ private:
+  void rx(io::PktBuf* b) noexcept;
+  void run_timers() noexcept;
+  void flush_tx() noexcept;
+  void flush_queues(Qp& qp) noexcept;
+  void build_template(Qp& qp) noexcept;
+  void reset_transport(Qp& qp) noexcept;
+
+  EngineConfig cfg_;
+  io::PacketIo& io_;
+  const io::Clock& clock_;
+  uint64_t now_ = 0;
+  uint64_t last_timer_scan_ = 0;
+
+  std::unique_ptr<uint8_t[]> mr_mem_owned_;
+  std::unique_ptr<verbs::MrTable> mrs_;
+  uint32_t pd_seq_ = 0;
+  std::vector<std::unique_ptr<Qp>> qps_;  // indexed by QPN
+  std::vector<Qp*> live_qps_;
+  std::vector<std::unique_ptr<verbs::Cq>> cqs_;
+  std::vector<std::unique_ptr<verbs::Srq>> srqs_;
+
+  // Ready lists: FIFO rings of QPs with work (capacity max_qps, each QP at most once).
+  std::unique_ptr<Qp*[]> req_q_, resp_q_;
+  uint32_t req_head_ = 0, req_tail_ = 0, resp_head_ = 0, resp_tail_ = 0, q_mask_ = 0;
+
+  // TX: buffers lent by the backend and the batch being filled.
+  io::PktBuf* spare_[kBurst]{};
+  uint16_t spare_len_ = 0;
+  io::PktBuf* tx_[kBurst]{};
+  uint16_t tx_len_ = 0;
+  io::PktBuf* cur_ = nullptr;  // frame between begin_frame and end_frame
+  bool tx_blocked_ = false;
+
+  struct alignas(64) Counters {
+    uint64_t v[static_cast<size_t>(Ctr::kCount)]{};
+  } ctr_;
+};
+
+// Modules (one file each, each an explicit state machine).
+// requester.cc: turns SQ WQEs into request packets; returns true if the QP
+// still has packets it could send now.
+bool requester_run(Engine& e, Qp& qp, uint32_t budget) noexcept;
+// Go-back-N: make the requester resend from psn.
+void requester_rewind(Engine& e, Qp& qp, uint32_t psn) noexcept;
+// responder.cc
+void responder_rx(Engine& e, Qp& qp, const wire::PacketView& pkt) noexcept;
+bool responder_tx(Engine& e, Qp& qp, uint32_t budget) noexcept;
+// completer.cc
+void completer_rx(Engine& e, Qp& qp, const wire::PacketView& pkt) noexcept;
+void completer_timer(Engine& e, Qp& qp, uint64_t now) noexcept;
+void completer_retire(Engine& e, Qp& qp) noexcept;
+
+// Helpers shared by the modules (engine.cc).
+verbs::WcOpcode wc_opcode_of(verbs::WrOpcode op) noexcept;
+// Copies len bytes at byte offset off of a WQE's data (SGEs or inline) to dst.
+bool gather(const verbs::MrTable& mrs, uint32_t pd, const verbs::SendWqe& w, uint32_t off, uint8_t* dst,
+            uint32_t len) noexcept;
+// Copies len bytes from src to byte offset off of an SGE list (LOCAL_WRITE checked).
+bool scatter(const verbs::MrTable& mrs, uint32_t pd, const verbs::Sge* sge, uint32_t num_sge, uint32_t off,
+             const uint8_t* src, uint32_t len) noexcept;
+
+}  // namespace droce::transport

@@ -1,0 +1,106 @@
+// A transport QP: the verbs part (attributes, state, SQ/RQ rings) plus the
+// state of its requester, responder and completer. Owned by one Engine and
+// touched only by the Engine's thread.
+#pragma once
+
+#include <cstdint>
+
+#include "verbs/queues.h"
+#include "wire/packet.h"
+
+namespace droce::transport {
+
+// Requester (requester.cc): where it is in the SQ.
+struct ReqState {
+  uint32_t idx = 0;          // SQ index of the WQE being sent (tail <= idx <= head)
+  uint32_t psn = 0;          // next PSN to send (rewound by go-back-N)
+  uint32_t next_new_psn = 0; // one past the highest PSN ever sent
+  uint32_t rd_atomic_out = 0;  // READ/atomic WQEs sent and not completed
+  uint32_t pkts_since_ackreq = 0;
+};
+
+// Completer (completer.cc): acknowledgement state and timers.
+struct CompState {
+  uint32_t psn = 0;           // oldest unacknowledged PSN
+  uint8_t retry_left = 7;     // retry_cnt left for the current PSN
+  uint8_t rnr_left = 7;       // rnr_retry left (7 = infinite)
+  bool rnr_wait = false;      // requester paused until rnr_until
+  uint64_t rnr_until = 0;
+  uint64_t deadline = 0;      // ACK timeout deadline (0 = not armed)
+  uint32_t last_retry_psn = 0xFFFFFFFF;  // PSN of the last retransmission triggered by a response
+};
+
+// A READ or atomic the responder executed: kept for replay (the spec's
+// "responder resources", max_dest_rd_atomic of them).
+struct RespResource {
+  uint8_t kind = 0;  // 0 none, 1 READ, 2 atomic
+  bool active = false;  // still has response packets to send
+  uint32_t first_psn = 0, last_psn = 0;
+  uint32_t rkey = 0;
+  uint64_t va = 0;     // READ: address of the next byte to send
+  uint32_t resid = 0;  // READ: bytes left to send
+  uint32_t cur_psn = 0;
+  bool started = false;  // a FIRST (or ONLY) packet of this run has been sent
+  uint64_t orig = 0;     // atomic: value returned (replayed for duplicates)
+  uint8_t* host = nullptr;  // READ: host pointer of va
+};
+
+// Responder (responder.cc).
+struct RespState {
+  uint32_t psn = 0;  // expected PSN
+  uint32_t msn = 0;
+  bool in_msg = false;  // between FIRST and LAST of a SEND or WRITE
+  bool in_write = false;
+  bool nak_sent = false;  // a NAK (sequence/RNR) is outstanding for `psn`
+  // Current SEND: the receive WQE taken at FIRST/ONLY.
+  bool have_recv = false;
+  verbs::RecvWqe recv;
+  uint32_t recv_off = 0;
+  // Current WRITE.
+  uint8_t* write_host = nullptr;
+  uint32_t write_len = 0;
+  uint32_t write_off = 0;
+  // Coalesced ACK/NAK waiting to be sent (after any pending read responses).
+  bool ack_pending = false;
+  uint8_t ack_syndrome = 0;
+  uint32_t ack_psn = 0;
+  // Resources and their send order.
+  RespResource res[verbs::kMaxRdAtomic];
+  uint32_t res_next = 0;                  // slot the next READ/atomic takes
+  uint8_t emit_q[verbs::kMaxRdAtomic]{};  // resource indexes waiting to send, FIFO
+  uint32_t emit_head = 0, emit_tail = 0;
+};
+
+struct QpCounters {
+  uint64_t cnp_sent = 0;
+  uint64_t cnp_received = 0;
+  uint64_t ce_received = 0;
+  uint64_t retransmits = 0;
+  uint64_t timeouts = 0;
+  uint64_t rnr_naks_received = 0;
+  uint64_t seq_naks_received = 0;
+};
+
+struct Qp : verbs::QpBase {
+  Qp(uint32_t qpn_, const verbs::QpInitAttr& init) : QpBase(qpn_, init) {}
+
+  ReqState req;
+  CompState comp;
+  RespState resp;
+  wire::Headers hdr;  // RC/UC: header template built at RTR
+  bool in_req_ready = false;
+  bool in_resp_ready = false;
+  uint64_t last_cnp_ns = 0;
+  bool cnp_ever = false;
+  QpCounters ctr;
+
+  bool rts_like() const noexcept {
+    return state == verbs::QpState::Rts || state == verbs::QpState::Sqd;
+  }
+  bool can_receive() const noexcept {
+    return state == verbs::QpState::Rtr || state == verbs::QpState::Rts || state == verbs::QpState::Sqd ||
+           state == verbs::QpState::Sqe;
+  }
+};
+
+}  // namespace droce::transport

@@ -1,0 +1,279 @@
+// Requester: SQ WQEs -> request packets (IBTA 9.4, 9.7; cf. rxe_req.c).
+//
+// State machine per call, one packet per pass:
+//   GetWqe -> CheckLimits -> [StartWqe] -> BuildPacket -> Advance -> GetWqe ...
+// leaving through Stop (nothing to do now: empty, window/fence/rd_atomic
+// limits, RNR wait, SQD) or Yield (budget or TX full: call again).
+// Go-back-N (requester_rewind) only moves the cursor (idx, psn); the packets
+// are rebuilt from the WQE, so nothing is kept per packet.
+#include <cstring>
+
+#include "transport/engine.h"
+
+namespace droce::transport {
+
+using verbs::QpType;
+using verbs::SendWqe;
+using verbs::WqeState;
+using verbs::WrOpcode;
+using wire::psn_add;
+using wire::psn_diff;
+
+namespace {
+
+enum class ReqSt : uint8_t { GetWqe, CheckLimits, StartWqe, BuildPacket, Advance, Stop, Yield };
+
+inline bool is_rd_atomic(WrOpcode o) noexcept {
+  return o == WrOpcode::RdmaRead || o == WrOpcode::AtomicCmpSwp || o == WrOpcode::AtomicFetchAdd;
+}
+inline bool is_atomic(WrOpcode o) noexcept { return o == WrOpcode::AtomicCmpSwp || o == WrOpcode::AtomicFetchAdd; }
+
+uint32_t packets_for(const Qp& q, const SendWqe& w) noexcept {
+  if (is_atomic(w.wr.opcode) || q.type == QpType::UD) return 1;
+  const uint32_t n = static_cast<uint32_t>((uint64_t{w.length} + q.mtu - 1) / q.mtu);
+  return n ? n : 1;
+}
+
+// Checks the local SGEs of a WQE before its first packet (IBTA ch. 10: local
+// protection errors complete the WQE in error). Returns the failing status.
+verbs::WcStatus validate_local(Engine& e, const Qp& q, const SendWqe& w) noexcept {
+  if (q.type == QpType::UD && w.length > q.mtu) return verbs::WcStatus::LocLenErr;
+  if (w.is_inline) return verbs::WcStatus::Success;
+  const uint32_t access =
+      (w.wr.opcode == WrOpcode::RdmaRead || is_atomic(w.wr.opcode)) ? uint32_t{verbs::kAccessLocalWrite} : 0u;
+  for (uint32_t i = 0; i < w.wr.num_sge; ++i) {
+    const verbs::Sge& s = w.wr.sg_list[i];
+    if (s.length == 0) continue;
+    if (!e.mrs().lookup(s.lkey, q.pd, s.addr, s.length, access, nullptr)) return verbs::WcStatus::LocProtErr;
+  }
+  return verbs::WcStatus::Success;
+}
+
+wire::Position position(uint32_t k, uint32_t n) noexcept {
+  if (n == 1) return wire::Position::Only;
+  if (k == 0) return wire::Position::First;
+  return k + 1 == n ? wire::Position::Last : wire::Position::Middle;
+}
+
+// Builds and queues packet for the WQE at the requester cursor. Returns false
+// if no TX buffer was available (nothing changed).
+bool build_packet(Engine& e, Qp& q, SendWqe& w, bool* last_of_wqe) noexcept {
+  const uint32_t k = static_cast<uint32_t>(psn_diff(q.req.psn, w.first_psn));
+  const WrOpcode o = w.wr.opcode;
+  wire::Headers h;
+  if (q.type == QpType::UD) {
+    h.l2.src = q.hdr.l2.src;
+    h.l2.dst = w.ah.dmac;
+    h.l2.vlan = w.ah.vlan;
+    h.l2.vlan_tci = w.ah.vlan_tci;
+    h.l3.ipv6 = !wire::gid_is_ipv4_mapped(w.ah.dgid);
+    h.l3.src = q.hdr.l3.src;
+    h.l3.dst = w.ah.dgid;
+    h.l3.tos = static_cast<uint8_t>((w.ah.traffic_class & ~wire::kEcnMask) | (e.config().ecn ? wire::kEcnEct0 : 0));
+    h.l3.ttl = w.ah.hop_limit;
+    h.l3.flow_label = w.ah.flow_label;
+    h.l4.sport = static_cast<uint16_t>(0xC000 | ((q.qpn * 0x9E37u ^ w.wr.ud.remote_qpn) & 0x3FFF));
+    h.bth.dqpn = w.wr.ud.remote_qpn;
+    // C10-15: a Q_Key with the high bit set means "use the QP's Q_Key".
+    h.ext.deth.qkey = (w.wr.ud.remote_qkey & 0x80000000u) ? q.attr.qkey : w.wr.ud.remote_qkey;
+    h.ext.deth.sqpn = q.qpn;
+  } else {
+    h = q.hdr;
+  }
+  h.bth.psn = q.req.psn;
+  uint32_t payload = 0, offset = 0;
+  bool last = true;
+  if (o == WrOpcode::RdmaRead) {
+    h.bth.opcode = wire::op::RC_READ_REQUEST;
+    offset = k * q.mtu;  // a retried READ asks for the rest only (IBTA 9.4)
+    h.ext.reth = {w.wr.rdma.remote_addr + offset, w.wr.rdma.rkey, w.length - offset};
+    h.bth.ackreq = true;
+  } else if (is_atomic(o)) {
+    h.bth.opcode = o == WrOpcode::AtomicCmpSwp ? wire::op::RC_COMPARE_SWAP : wire::op::RC_FETCH_ADD;
+    h.ext.atomic.va = w.wr.atomic.remote_addr;
+    h.ext.atomic.rkey = w.wr.atomic.rkey;
+    h.ext.atomic.swap_add = o == WrOpcode::AtomicCmpSwp ? w.wr.atomic.swap : w.wr.atomic.compare_add;
+    h.ext.atomic.compare = o == WrOpcode::AtomicCmpSwp ? w.wr.atomic.compare_add : 0;
+    h.bth.ackreq = true;
+  } else {
+    const wire::Position pos = position(k, w.npkts);
+    h.bth.opcode = static_cast<uint8_t>(wire::wire_opcode(q.type, o, pos));
+    offset = k * q.mtu;
+    payload = w.length - offset < q.mtu ? w.length - offset : q.mtu;
+    last = pos == wire::Position::Last || pos == wire::Position::Only;
+    const wire::OpcodeInfo& info = wire::opcode_info(h.bth.opcode);
+    if (info.off_reth) h.ext.reth = {w.wr.rdma.remote_addr, w.wr.rdma.rkey, w.length};
+    if (info.off_imm) h.ext.imm = w.wr.imm_data;
+    if (info.off_ieth) h.ext.ieth_rkey = w.wr.invalidate_rkey;
+    h.bth.se = last && (w.wr.send_flags & verbs::kSendSolicited) && (info.flags & (wire::kOpSend | wire::kOpImm));
+    if (q.type == QpType::RC)
+      h.bth.ackreq = last || q.req.pkts_since_ackreq + 1 >= e.config().ack_req_every;
+  }
+  uint8_t* dst = e.begin_frame(h, payload);
+  if (!dst) return false;
+  if (!gather(e.mrs(), q.pd, w, offset, dst, payload)) {
+    // The MR went away after the WQE was started: send nothing, fail the WQE.
+    std::memset(dst, 0, payload);
+  }
+  e.end_frame(h, payload);
+  q.req.pkts_since_ackreq = h.bth.ackreq ? 0 : q.req.pkts_since_ackreq + 1;
+  *last_of_wqe = last;
+  return true;
+}
+
+}  // namespace
+
+bool requester_run(Engine& e, Qp& q, uint32_t budget) noexcept {
+  if (!q.rts_like() || q.comp.rnr_wait) return false;
+  uint32_t sent = 0;
+  SendWqe* w = nullptr;
+  ReqSt st = ReqSt::GetWqe;
+  for (;;) {
+    switch (st) {
+      case ReqSt::GetWqe:
+        if (q.req.idx == q.sq.head) {
+          st = ReqSt::Stop;
+          break;
+        }
+        w = &q.sq.at(q.req.idx);
+        if (w->state == WqeState::Done) {  // acknowledged while we were going back: skip it
+          const uint32_t after = psn_add(w->last_psn, 1);
+          if (wire::psn_lt(q.req.psn, after)) q.req.psn = after;
+          ++q.req.idx;
+          break;
+        }
+        st = ReqSt::CheckLimits;
+        break;
+
+      case ReqSt::CheckLimits:
+        if (sent >= budget || !e.tx_room()) {
+          st = ReqSt::Yield;
+          break;
+        }
+        // Go-back-N window on outstanding PSNs (also keeps within 2^23, IBTA 9.7).
+        if (q.type == QpType::RC &&
+            psn_diff(q.req.psn, q.comp.psn) >= static_cast<int32_t>(e.config().max_inflight_pkts)) {
+          st = ReqSt::Stop;
+          break;
+        }
+        if (w->state == WqeState::Posted) {
+          if (q.state == verbs::QpState::Sqd) {  // drain: finish started WQEs only
+            st = ReqSt::Stop;
+            break;
+          }
+          if ((w->wr.send_flags & verbs::kSendFence) && q.req.rd_atomic_out > 0) {
+            st = ReqSt::Stop;
+            break;
+          }
+          if (is_rd_atomic(w->wr.opcode) && q.req.rd_atomic_out >= q.attr.max_rd_atomic) {
+            st = ReqSt::Stop;
+            break;
+          }
+          st = ReqSt::StartWqe;
+          break;
+        }
+        st = ReqSt::BuildPacket;
+        break;
+
+      case ReqSt::StartWqe: {
+        const verbs::WcStatus s = validate_local(e, q, *w);
+        if (s != verbs::WcStatus::Success) {
+          w->status = s;
+          w->state = WqeState::Done;
+          ++q.req.idx;
+          completer_retire(e, q);  // reports it in order and moves the QP to ERR
+          return false;
+        }
+        w->npkts = packets_for(q, *w);
+        w->first_psn = q.req.psn;
+        w->last_psn = psn_add(q.req.psn, w->npkts - 1);
+        w->read_pkts_done = 0;
+        w->state = WqeState::Sending;
+        if (is_rd_atomic(w->wr.opcode)) ++q.req.rd_atomic_out;
+        st = ReqSt::BuildPacket;
+        break;
+      }
+
+      case ReqSt::BuildPacket: {
+        bool last = false;
+        if (!build_packet(e, q, *w, &last)) {
+          st = ReqSt::Yield;
+          break;
+        }
+        const bool retransmit = wire::psn_lt(q.req.psn, q.req.next_new_psn);
+        e.count(Ctr::ReqPackets);
+        if (retransmit) {
+          e.count(Ctr::ReqRetransmits);
+          ++q.ctr.retransmits;
+        }
+        ++sent;
+        // Advance: a READ request covers all the PSNs of its response.
+        if (w->wr.opcode == WrOpcode::RdmaRead) {
+          q.req.psn = psn_add(w->last_psn, 1);
+          last = true;
+        } else {
+          q.req.psn = psn_add(q.req.psn, 1);
+        }
+        if (wire::psn_gt(q.req.psn, q.req.next_new_psn)) q.req.next_new_psn = q.req.psn;
+        if (q.type == QpType::RC && q.comp.deadline == 0) {
+          const uint64_t to = verbs::ack_timeout_ns(q.attr.timeout);
+          if (to) q.comp.deadline = e.now() + to;
+        }
+        if (last) {
+          ++q.req.idx;
+          if (q.type == QpType::RC) {
+            if (w->state == WqeState::Sending) w->state = WqeState::Sent;
+          } else {
+            // UC and UD complete when the last packet is on the wire.
+            w->state = WqeState::Done;
+            completer_retire(e, q);
+          }
+        }
+        st = ReqSt::GetWqe;
+        break;
+      }
+
+      case ReqSt::Advance:
+        st = ReqSt::GetWqe;
+        break;
+      case ReqSt::Stop:
+        return false;
+      case ReqSt::Yield:
+        return true;
+    }
+  }
+}
+
+void requester_rewind(Engine& e, Qp& q, uint32_t psn) noexcept {
+  // Find the first started WQE that still needs packets at or after psn.
+  uint32_t i = q.sq.tail;
+  for (; i != q.sq.head; ++i) {
+    const SendWqe& w = q.sq.at(i);
+    if (w.state == WqeState::Posted) {
+      psn = q.req.next_new_psn;  // nothing started from here on
+      break;
+    }
+    if (wire::psn_gt(psn, w.last_psn)) continue;
+    if (w.state == WqeState::Done) {  // already acknowledged: resume after it
+      psn = psn_add(w.last_psn, 1);
+      continue;
+    }
+    if (wire::psn_lt(psn, w.first_psn)) psn = w.first_psn;
+    if (w.wr.opcode == WrOpcode::RdmaRead) {
+      const uint32_t resume = psn_add(w.first_psn, w.read_pkts_done);
+      if (wire::psn_gt(resume, psn)) psn = resume;
+    } else if (is_rd_atomic(w.wr.opcode)) {
+      psn = w.first_psn;  // an atomic is one packet
+    }
+    break;
+  }
+  if (i == q.sq.head) psn = q.req.next_new_psn;
+  q.req.idx = i;
+  q.req.psn = psn;
+  q.req.pkts_since_ackreq = 0;
+  const uint64_t to = verbs::ack_timeout_ns(q.attr.timeout);
+  q.comp.deadline = to ? e.now() + to : 0;
+  e.req_ready(q);
+}
+
+}  // namespace droce::transport

@@ -1,0 +1,524 @@
+// Responder: incoming requests -> placement, read responses, atomics, ACK/NAK
+// (IBTA 9.7, 9.8; cf. rxe_resp.c).
+//
+// RC/UC packets run through an explicit state machine:
+//   CheckPsn -> CheckOpSeq -> CheckLength -> CheckResource -> CheckRkey
+//     -> Execute -> Complete -> Acknowledge -> Done
+// with side exits Duplicate (re-ACK SEND/WRITE, re-execute READ, replay atomic),
+// ErrNakSeq, ErrRnr, ErrInvReq, ErrRemAccess, ErrRemOp, ErrLength, DropMsg.
+// Class C errors (RC) send a NAK and move the QP to ERR; UC drops the message.
+// UD packets take a short path (Q_Key, receive WQE, GRH + payload).
+//
+// Output (responder_tx) is ordered: responses of READ/atomic resources in
+// PSN order, then the one coalesced ACK/NAK.
+#include <cstring>
+
+#include "transport/engine.h"
+
+namespace droce::transport {
+
+using verbs::QpType;
+using verbs::WcStatus;
+using wire::psn_add;
+using wire::psn_diff;
+
+namespace {
+
+enum class RespSt : uint8_t {
+  CheckPsn, CheckOpSeq, CheckLength, CheckResource, CheckRkey, Execute, Complete, Acknowledge,
+  Duplicate, ErrNakSeq, ErrRnr, ErrInvReq, ErrRemAccess, ErrRemOp, ErrLength, DropMsg, Done
+};
+
+struct Ctx {
+  Engine& e;
+  Qp& q;
+  const wire::PacketView& pkt;
+  const wire::OpcodeInfo& op;
+  uint32_t psn;
+  bool rc;
+  uint8_t* host = nullptr;  // rkey-checked target (WRITE FIRST/ONLY, READ, atomic)
+};
+
+constexpr uint8_t kAckSyndrome = wire::kAethAck | wire::kAethCreditInvalid;
+
+void queue_ack(Engine& e, Qp& q, uint8_t syndrome, uint32_t psn) noexcept {
+  const bool pending_nak = q.resp.ack_pending && (q.resp.ack_syndrome & wire::kAethKindMask) != wire::kAethAck;
+  if (pending_nak && (syndrome & wire::kAethKindMask) == wire::kAethAck && psn_diff(psn, q.resp.ack_psn) < 0)
+    return;  // keep the NAK: a re-ACK of old PSNs must not hide it
+  q.resp.ack_pending = true;
+  q.resp.ack_syndrome = syndrome;
+  q.resp.ack_psn = psn;
+  e.resp_ready(q);
+}
+
+bool take_recv(Qp& q) noexcept {
+  if (q.resp.have_recv) return true;
+  if (q.srq) {
+    verbs::RecvWqe* w = q.srq->front();
+    if (!w) return false;
+    q.resp.recv = *w;
+    q.srq->pop();
+  } else {
+    if (q.rq.empty()) return false;
+    q.resp.recv = q.rq.at(q.rq.tail);
+    ++q.rq.tail;
+  }
+  q.resp.have_recv = true;
+  q.resp.recv_off = 0;
+  return true;
+}
+
+void recv_complete(Engine& e, Qp& q, WcStatus s, uint32_t byte_len, uint8_t flags, uint32_t imm, uint32_t src_qp) noexcept {
+  verbs::Wc wc;
+  wc.wr_id = q.resp.recv.wr_id;
+  wc.status = s;
+  wc.opcode = verbs::WcOpcode::Recv;
+  wc.byte_len = byte_len;
+  wc.wc_flags = flags;
+  wc.imm_data = imm;
+  wc.qp_num = q.qpn;
+  wc.src_qp = src_qp;
+  e.complete(q.recv_cq, wc);
+  q.resp.have_recv = false;
+}
+
+inline bool needs_recv(const wire::OpcodeInfo& op) noexcept {
+  // SEND FIRST/ONLY take the receive WQE; WRITE with immediate consumes one at its LAST/ONLY.
+  return ((op.flags & wire::kOpSend) && op.is_first()) || ((op.flags & wire::kOpWrite) && (op.flags & wire::kOpImm));
+}
+
+RespSt check_psn(Ctx& c) noexcept {
+  RespState& r = c.q.resp;
+  const int32_t d = psn_diff(c.psn, r.psn);
+  if (!c.rc) {
+    // UC (IBTA 9.7): a PSN gap loses the message in progress; resynchronise on this packet.
+    if (d != 0 && r.in_msg) {
+      r.in_msg = false;
+      c.e.count(Ctr::UcMsgDropped);
+    }
+    r.psn = c.psn;
+    return RespSt::CheckOpSeq;
+  }
+  if (d > 0) return RespSt::ErrNakSeq;
+  if (d < 0) return RespSt::Duplicate;
+  r.nak_sent = false;
+  return RespSt::CheckOpSeq;
+}
+
+RespSt check_op_seq(Ctx& c) noexcept {
+  RespState& r = c.q.resp;
+  const bool first = c.op.is_first();
+  if (r.in_msg) {
+    const bool same = r.in_write ? (c.op.flags & wire::kOpWrite) : (c.op.flags & wire::kOpSend);
+    if (!first && same) return RespSt::CheckLength;
+    if (c.rc) return RespSt::ErrInvReq;  // opcode sequence error: NAK invalid request (class C)
+    r.in_msg = false;                    // UC: the old message is lost
+    c.e.count(Ctr::UcMsgDropped);
+    return first ? RespSt::CheckLength : RespSt::DropMsg;
+  }
+  if (first) return RespSt::CheckLength;
+  return c.rc ? RespSt::ErrInvReq : RespSt::DropMsg;
+}
+
+RespSt check_length(Ctx& c) noexcept {
+  const uint32_t mtu = c.q.mtu;
+  const uint32_t plen = c.pkt.payload_len;
+  const uint32_t f = c.op.flags;
+  if (f & wire::kOpPayload) {
+    const bool first = c.op.is_first(), last = c.op.is_last();
+    if (!last && plen != mtu) return RespSt::ErrInvReq;  // FIRST/MIDDLE carry exactly one MTU
+    if (plen > mtu) return RespSt::ErrInvReq;
+    if (last && !first && plen == 0) return RespSt::ErrInvReq;
+    if ((f & wire::kOpWrite) && first) {
+      const uint32_t len = c.pkt.h.ext.reth.len;
+      if (last ? plen != len : len <= mtu) return RespSt::ErrInvReq;
+    }
+  }
+  if ((f & wire::kOpRead) && c.pkt.h.ext.reth.len > verbs::kMaxMsgSize) return RespSt::ErrInvReq;
+  return RespSt::CheckResource;
+}
+
+RespSt check_resource(Ctx& c) noexcept {
+  Qp& q = c.q;
+  if (needs_recv(c.op)) {
+    if (!take_recv(q)) return c.rc ? RespSt::ErrRnr : RespSt::DropMsg;
+    if (c.op.flags & wire::kOpSend) q.resp.recv_off = 0;  // a new message starts at byte 0
+  }
+  if (c.op.flags & (wire::kOpRead | wire::kOpAtomic)) {
+    const RespResource& slot = q.resp.res[q.resp.res_next % q.attr.max_dest_rd_atomic];
+    if (slot.active) return RespSt::ErrInvReq;  // more outstanding than max_dest_rd_atomic
+  }
+  return RespSt::CheckRkey;
+}
+
+RespSt check_rkey(Ctx& c) noexcept {
+  Qp& q = c.q;
+  const uint32_t f = c.op.flags;
+  const auto& x = c.pkt.h.ext;
+  if ((f & wire::kOpWrite) && c.op.is_first()) {
+    if (!(q.attr.qp_access_flags & verbs::kAccessRemoteWrite)) return RespSt::ErrRemAccess;
+    if (x.reth.len == 0) return RespSt::Execute;  // zero-length: no key check (IBTA 9.4)
+    c.host = c.e.mrs().lookup(x.reth.rkey, q.pd, x.reth.va, x.reth.len, verbs::kAccessRemoteWrite, nullptr);
+    return c.host ? RespSt::Execute : RespSt::ErrRemAccess;
+  }
+  if (f & wire::kOpRead) {
+    if (!(q.attr.qp_access_flags & verbs::kAccessRemoteRead)) return RespSt::ErrRemAccess;
+    if (x.reth.len == 0) return RespSt::Execute;
+    c.host = c.e.mrs().lookup(x.reth.rkey, q.pd, x.reth.va, x.reth.len, verbs::kAccessRemoteRead, nullptr);
+    return c.host ? RespSt::Execute : RespSt::ErrRemAccess;
+  }
+  if (f & wire::kOpAtomic) {
+    if (x.atomic.va & 7) return RespSt::ErrInvReq;  // misaligned atomic (IBTA 9.4)
+    if (!(q.attr.qp_access_flags & verbs::kAccessRemoteAtomic)) return RespSt::ErrRemAccess;
+    c.host = c.e.mrs().lookup(x.atomic.rkey, q.pd, x.atomic.va, 8, verbs::kAccessRemoteAtomic, nullptr);
+    return c.host ? RespSt::Execute : RespSt::ErrRemAccess;
+  }
+  return RespSt::Execute;
+}
+
+void queue_resource(Qp& q, uint32_t idx) noexcept {
+  q.resp.emit_q[q.resp.emit_head++ % verbs::kMaxRdAtomic] = static_cast<uint8_t>(idx);
+}
+
+RespSt execute(Ctx& c) noexcept {
+  Qp& q = c.q;
+  RespState& r = q.resp;
+  const uint32_t f = c.op.flags;
+  const auto& x = c.pkt.h.ext;
+  const uint32_t plen = c.pkt.payload_len;
+  if (f & wire::kOpSend) {
+    if (r.recv_off + uint64_t{plen} > r.recv.length) return RespSt::ErrLength;
+    if (!scatter(c.e.mrs(), q.pd, r.recv.sge, r.recv.num_sge, r.recv_off, c.pkt.payload(), plen))
+      return RespSt::ErrRemOp;  // malformed receive WQE
+    r.recv_off += plen;
+    r.in_msg = !c.op.is_last();
+    r.in_write = false;
+    return RespSt::Complete;
+  }
+  if (f & wire::kOpWrite) {
+    if (c.op.is_first()) {
+      r.write_host = c.host;
+      r.write_len = x.reth.len;
+      r.write_off = 0;
+    }
+    if (r.write_off + uint64_t{plen} > r.write_len) return RespSt::ErrInvReq;
+    if (plen) std::memcpy(r.write_host + r.write_off, c.pkt.payload(), plen);
+    r.write_off += plen;
+    r.in_msg = !c.op.is_last();
+    r.in_write = r.in_msg;
+    if (c.op.is_last() && r.write_off != r.write_len) return RespSt::ErrInvReq;
+    return RespSt::Complete;
+  }
+  const uint32_t n = q.attr.max_dest_rd_atomic;
+  const uint32_t idx = r.res_next++ % n;
+  RespResource& res = r.res[idx];
+  res = RespResource{};
+  res.first_psn = c.psn;
+  res.cur_psn = c.psn;
+  res.active = true;
+  if (f & wire::kOpRead) {
+    const uint32_t npkts = x.reth.len ? static_cast<uint32_t>((uint64_t{x.reth.len} + q.mtu - 1) / q.mtu) : 1;
+    res.kind = 1;
+    res.last_psn = psn_add(c.psn, npkts - 1);
+    res.va = x.reth.va;
+    res.rkey = x.reth.rkey;
+    res.resid = x.reth.len;
+    res.host = c.host;
+    res.cur_psn = c.psn;
+    r.psn = psn_add(res.last_psn, 1);
+  } else {
+    // The 8 bytes are aligned (checked), so a plain load/store is the atomic
+    // operation: only this thread touches the responder's memory.
+    uint64_t orig;
+    std::memcpy(&orig, c.host, 8);
+    uint64_t val = orig;
+    if (c.pkt.h.bth.opcode == wire::op::RC_COMPARE_SWAP) {
+      if (orig == x.atomic.compare) val = x.atomic.swap_add;
+    } else {
+      val = orig + x.atomic.swap_add;
+    }
+    std::memcpy(c.host, &val, 8);
+    res.kind = 2;
+    res.last_psn = c.psn;
+    res.orig = orig;
+    c.e.count(Ctr::AtomicExecuted);
+    r.psn = psn_add(c.psn, 1);
+  }
+  r.msn = (r.msn + 1) & wire::kMask24;
+  queue_resource(q, idx);
+  // Responses acknowledge everything before them: an older pending ACK is moot.
+  if (r.ack_pending && (r.ack_syndrome & wire::kAethKindMask) == wire::kAethAck) r.ack_pending = false;
+  c.e.resp_ready(q);
+  return RespSt::Done;
+}
+
+RespSt complete(Ctx& c) noexcept {
+  Qp& q = c.q;
+  RespState& r = q.resp;
+  r.psn = psn_add(c.psn, 1);
+  if (!c.op.is_last()) return c.rc ? RespSt::Acknowledge : RespSt::Done;
+  r.msn = (r.msn + 1) & wire::kMask24;
+  const auto& x = c.pkt.h.ext;
+  if (c.op.flags & wire::kOpSend) {
+    uint8_t flags = 0;
+    uint32_t imm = 0;
+    if (c.op.off_imm) {
+      flags |= verbs::kWcWithImm;
+      imm = x.imm;
+    }
+    if (c.op.off_ieth) {
+      if (!c.e.mrs().invalidate(x.ieth_rkey, q.pd)) return RespSt::ErrInvReq;
+      flags |= verbs::kWcWithInv;
+      imm = x.ieth_rkey;
+    }
+    recv_complete(c.e, q, WcStatus::Success, r.recv_off, flags, imm, q.attr.dest_qp_num);
+  } else if (c.op.off_imm) {  // WRITE with immediate
+    verbs::Wc wc;
+    wc.wr_id = r.recv.wr_id;
+    wc.opcode = verbs::WcOpcode::RecvRdmaWithImm;
+    wc.byte_len = r.write_len;
+    wc.wc_flags = verbs::kWcWithImm;
+    wc.imm_data = x.imm;
+    wc.qp_num = q.qpn;
+    wc.src_qp = q.attr.dest_qp_num;
+    c.e.complete(q.recv_cq, wc);
+    r.have_recv = false;
+  }
+  return c.rc ? RespSt::Acknowledge : RespSt::Done;
+}
+
+RespSt duplicate(Ctx& c) noexcept {
+  Qp& q = c.q;
+  RespState& r = q.resp;
+  c.e.count(Ctr::DupRequest);
+  const uint32_t f = c.op.flags;
+  if (f & (wire::kOpSend | wire::kOpWrite)) {
+    // C9-105: acknowledge again, do not place twice.
+    queue_ack(c.e, q, kAckSyndrome, psn_add(r.psn, 0xFFFFFF));
+    return RespSt::Done;
+  }
+  const uint32_t n = q.attr.max_dest_rd_atomic;
+  for (uint32_t i = 0; i < n; ++i) {
+    RespResource& res = r.res[i];
+    if (f & wire::kOpRead) {
+      if (res.kind != 1 || psn_diff(c.psn, res.first_psn) < 0 || psn_diff(c.psn, res.last_psn) > 0) continue;
+      // Re-execute from the PSN and RETH of the repeated request (IBTA 9.7).
+      const auto& reth = c.pkt.h.ext.reth;
+      uint8_t* host = nullptr;
+      if (reth.len) {
+        host = c.e.mrs().lookup(reth.rkey, q.pd, reth.va, reth.len, verbs::kAccessRemoteRead, nullptr);
+        if (!host) return RespSt::Done;
+      }
+      const uint32_t npkts = reth.len ? static_cast<uint32_t>((uint64_t{reth.len} + q.mtu - 1) / q.mtu) : 1;
+      if (psn_diff(psn_add(c.psn, npkts - 1), res.last_psn) != 0) return RespSt::Done;  // inconsistent retry
+      const bool queued = res.active;
+      res.va = reth.va;
+      res.rkey = reth.rkey;
+      res.resid = reth.len;
+      res.host = host;
+      res.cur_psn = c.psn;
+      res.started = false;
+      res.active = true;
+      if (!queued) queue_resource(q, i);
+      c.e.count(Ctr::ReadReplayed);
+      c.e.resp_ready(q);
+      return RespSt::Done;
+    }
+    if (res.kind == 2 && res.first_psn == c.psn) {
+      // Answer from the replay cache; never execute twice.
+      if (!res.active) {
+        res.active = true;
+        queue_resource(q, i);
+      }
+      c.e.count(Ctr::AtomicReplayed);
+      c.e.resp_ready(q);
+      return RespSt::Done;
+    }
+  }
+  return RespSt::Done;  // too old to replay: drop
+}
+
+// Class C/D error for RC: NAK, then the QP goes to ERR (rxe do_class_ac_error).
+void fatal_nak(Ctx& c, uint8_t code, WcStatus recv_status) noexcept {
+  Qp& q = c.q;
+  c.e.count(Ctr::ErrNakSent);
+  queue_ack(c.e, q, static_cast<uint8_t>(wire::kAethNak | code), c.psn);
+  if (q.resp.have_recv && recv_status != WcStatus::Success) recv_complete(c.e, q, recv_status, q.resp.recv_off, 0, 0, q.attr.dest_qp_num);
+  c.e.qp_to_error(q);
+}
+
+RespSt drop_msg(Ctx& c) noexcept {
+  // UC: lose the rest of this message; keep any receive WQE for the next one.
+  c.q.resp.in_msg = false;
+  c.q.resp.recv_off = 0;
+  c.q.resp.psn = psn_add(c.psn, 1);
+  c.e.count(Ctr::UcMsgDropped);
+  return RespSt::Done;
+}
+
+void ud_rx(Engine& e, Qp& q, const wire::PacketView& pkt) noexcept {
+  if (pkt.h.ext.deth.qkey != q.attr.qkey) {  // Q_Key violation: silently drop (IBTA ch. 10)
+    e.count(Ctr::UdQkeyDrop);
+    return;
+  }
+  if (!take_recv(q)) {
+    e.count(Ctr::UdNoRecvDrop);
+    return;
+  }
+  const uint32_t plen = pkt.payload_len;
+  const uint32_t src_qp = pkt.h.ext.deth.sqpn;
+  if (uint64_t{plen} + verbs::kGrhBytes > q.resp.recv.length) {
+    e.count(Ctr::UdLenDrop);
+    recv_complete(e, q, WcStatus::LocLenErr, 0, 0, 0, src_qp);
+    return;
+  }
+  // The GRH: an IPv6 header as is; for IPv4 the IPv4 header in its last 20 bytes (as rxe/mlx5).
+  uint8_t grh[verbs::kGrhBytes] = {};
+  const uint8_t* l3 = pkt.frame + pkt.l3_off;
+  if (pkt.h.l3.ipv6) {
+    std::memcpy(grh, l3, 40);
+  } else {
+    std::memcpy(grh + 20, l3, 20);
+  }
+  const verbs::RecvWqe& w = q.resp.recv;
+  if (!scatter(e.mrs(), q.pd, w.sge, w.num_sge, 0, grh, verbs::kGrhBytes) ||
+      !scatter(e.mrs(), q.pd, w.sge, w.num_sge, verbs::kGrhBytes, pkt.payload(), plen)) {
+    recv_complete(e, q, WcStatus::LocProtErr, 0, 0, 0, src_qp);
+    return;
+  }
+  uint8_t flags = verbs::kWcGrh;
+  uint32_t imm = 0;
+  if (pkt.op->off_imm) {
+    flags |= verbs::kWcWithImm;
+    imm = pkt.h.ext.imm;
+  }
+  recv_complete(e, q, WcStatus::Success, plen + verbs::kGrhBytes, flags, imm, src_qp);
+}
+
+}  // namespace
+
+void responder_rx(Engine& e, Qp& q, const wire::PacketView& pkt) noexcept {
+  if (q.type == QpType::UD) {
+    ud_rx(e, q, pkt);
+    return;
+  }
+  Ctx c{e, q, pkt, *pkt.op, pkt.h.bth.psn, q.type == QpType::RC};
+  RespSt st = RespSt::CheckPsn;
+  while (st != RespSt::Done) {
+    switch (st) {
+      case RespSt::CheckPsn: st = check_psn(c); break;
+      case RespSt::CheckOpSeq: st = check_op_seq(c); break;
+      case RespSt::CheckLength: st = check_length(c); break;
+      case RespSt::CheckResource: st = check_resource(c); break;
+      case RespSt::CheckRkey: st = check_rkey(c); break;
+      case RespSt::Execute: st = execute(c); break;
+      case RespSt::Complete: st = complete(c); break;
+      case RespSt::Acknowledge:
+        // Coalesced: only requests asking for it (AckReq) are acknowledged (IBTA 9.7).
+        if (pkt.h.bth.ackreq) queue_ack(e, q, kAckSyndrome, c.psn);
+        st = RespSt::Done;
+        break;
+      case RespSt::Duplicate: st = duplicate(c); break;
+      case RespSt::ErrNakSeq:
+        // IBTA 9.7: one NAK per sequence error; later packets are dropped silently.
+        e.count(Ctr::OutOfSeqRequest);
+        if (!q.resp.nak_sent) {
+          q.resp.nak_sent = true;
+          e.count(Ctr::SeqNakSent);
+          queue_ack(e, q, wire::kAethNak | wire::kNakPsnSeqError, q.resp.psn);
+        }
+        st = RespSt::Done;
+        break;
+      case RespSt::ErrRnr:
+        if (!q.resp.nak_sent) {
+          q.resp.nak_sent = true;
+          e.count(Ctr::RnrNakSent);
+          queue_ack(e, q, static_cast<uint8_t>(wire::kAethRnrNak | (q.attr.min_rnr_timer & 0x1F)), c.psn);
+        }
+        st = RespSt::Done;
+        break;
+      case RespSt::ErrInvReq:
+        if (!c.rc) { st = RespSt::DropMsg; break; }
+        fatal_nak(c, wire::kNakInvalidRequest, WcStatus::LocLenErr);
+        st = RespSt::Done;
+        break;
+      case RespSt::ErrLength:
+        if (!c.rc) { st = RespSt::DropMsg; break; }
+        fatal_nak(c, wire::kNakInvalidRequest, WcStatus::LocLenErr);
+        st = RespSt::Done;
+        break;
+      case RespSt::ErrRemAccess:
+        if (!c.rc) { st = RespSt::DropMsg; break; }
+        fatal_nak(c, wire::kNakRemoteAccessError, WcStatus::LocProtErr);
+        st = RespSt::Done;
+        break;
+      case RespSt::ErrRemOp:
+        if (!c.rc) { st = RespSt::DropMsg; break; }
+        fatal_nak(c, wire::kNakRemoteOperationalError, WcStatus::LocProtErr);
+        st = RespSt::Done;
+        break;
+      case RespSt::DropMsg: st = drop_msg(c); break;
+      case RespSt::Done: break;
+    }
+  }
+}
+
+bool responder_tx(Engine& e, Qp& q, uint32_t budget) noexcept {
+  RespState& r = q.resp;
+  uint32_t sent = 0;
+  while (r.emit_tail != r.emit_head) {
+    RespResource& res = r.res[r.emit_q[r.emit_tail % verbs::kMaxRdAtomic]];
+    if (!res.active) {
+      ++r.emit_tail;
+      continue;
+    }
+    if (sent >= budget || !e.tx_room()) return true;
+    wire::Headers h = q.hdr;
+    h.bth.psn = res.cur_psn;
+    h.ext.aeth = {kAckSyndrome, r.msn};
+    if (res.kind == 2) {
+      h.bth.opcode = wire::op::RC_ATOMIC_ACKNOWLEDGE;
+      h.ext.atomic_orig = res.orig;
+      if (!e.begin_frame(h, 0)) return true;
+      e.end_frame(h, 0);
+      res.active = false;
+      ++r.emit_tail;
+    } else {
+      const bool first = !res.started, last = res.resid <= q.mtu;
+      const uint32_t plen = last ? res.resid : q.mtu;
+      h.bth.opcode = first && last ? wire::op::RC_READ_RESPONSE_ONLY
+                     : first       ? wire::op::RC_READ_RESPONSE_FIRST
+                     : last        ? wire::op::RC_READ_RESPONSE_LAST
+                                   : wire::op::RC_READ_RESPONSE_MIDDLE;
+      uint8_t* dst = e.begin_frame(h, plen);
+      if (!dst) return true;
+      if (plen) std::memcpy(dst, res.host, plen);
+      e.end_frame(h, plen);
+      e.count(Ctr::ReadRespSent);
+      res.started = true;
+      res.host += plen;
+      res.va += plen;
+      res.resid -= plen;
+      res.cur_psn = psn_add(res.cur_psn, 1);
+      if (last) {
+        res.active = false;
+        ++r.emit_tail;
+      }
+    }
+    ++sent;
+  }
+  if (r.ack_pending) {
+    if (!e.tx_room()) return true;
+    wire::Headers h = q.hdr;
+    h.bth.opcode = wire::op::RC_ACKNOWLEDGE;
+    h.bth.psn = r.ack_psn;
+    h.ext.aeth = {r.ack_syndrome, r.msn};
+    if (!e.begin_frame(h, 0)) return true;
+    e.end_frame(h, 0);
+    if ((r.ack_syndrome & wire::kAethKindMask) == wire::kAethAck) e.count(Ctr::AcksSent);
+    r.ack_pending = false;
+  }
+  return false;
+}
+
+}  // namespace droce::transport

@@ -1,0 +1,83 @@
+// Protection domains and the memory-region table.
+//
+// The table is a fixed array of entries in a memory block the caller provides
+// (the daemon gives hugepages; tests give a vector). A key is
+//     key = (index << 8) | tag
+// where tag is bumped each time the slot is reused, so a stale key never
+// matches a new registration. lookup() is O(1): index, tag, state, PD,
+// bounds (overflow-safe) and access rights. lkey == rkey.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace droce::verbs {
+
+struct Pd {
+  uint32_t handle = 0;  // 0 is never a valid PD
+};
+
+enum class MrError : uint8_t { Ok = 0, BadKey, BadPd, OutOfBounds, NoAccess, Invalidated };
+
+struct alignas(64) MrEntry {
+  uint8_t* host = nullptr;  // where byte iova lives in this process
+  uint64_t iova = 0;        // the address work requests use
+  uint64_t length = 0;
+  uint32_t key = 0;
+  uint32_t access = 0;
+  uint32_t pd = 0;
+  uint32_t next_free = 0;  // free-list link (index + 1; 0 = end)
+  uint8_t state = 0;       // 0 free, 1 valid, 2 invalidated
+};
+static_assert(sizeof(MrEntry) == 64);
+
+class MrTable {
+ public:
+  static constexpr size_t bytes_for(uint32_t entries) noexcept { return size_t{entries} * sizeof(MrEntry); }
+
+  // mem must be 64-byte aligned; capacity = bytes / sizeof(MrEntry), at most 2^24.
+  MrTable(void* mem, size_t bytes) noexcept;
+  MrTable(const MrTable&) = delete;
+  MrTable& operator=(const MrTable&) = delete;
+
+  // Control path. Returns 0 and the key, or an errno (EINVAL, ENOMEM).
+  int reg(Pd pd, void* addr, uint64_t length, uint32_t access, uint32_t* key_out) noexcept {
+    return reg_iova(pd, addr, reinterpret_cast<uint64_t>(addr), length, access, key_out);
+  }
+  int reg_iova(Pd pd, void* host, uint64_t iova, uint64_t length, uint32_t access, uint32_t* key_out) noexcept;
+  int dereg(uint32_t key) noexcept;
+  // Remote invalidation (SEND with invalidate). Returns false if the key is not a valid MR.
+  bool invalidate(uint32_t key, uint32_t pd) noexcept;
+
+  // Data path: pointer to the bytes [va, va+len) of MR `key` if pd matches and
+  // every bit of `access` is granted; nullptr and *err otherwise. access 0 =
+  // local read (always allowed).
+  uint8_t* lookup(uint32_t key, uint32_t pd, uint64_t va, uint64_t len, uint32_t access,
+                  MrError* err) const noexcept {
+    const uint32_t idx = key >> 8;
+    if (idx >= capacity_) return fail(err, MrError::BadKey);
+    const MrEntry& e = entries_[idx];
+    if (e.key != key || e.state == 0) return fail(err, MrError::BadKey);
+    if (e.state != 1) return fail(err, MrError::Invalidated);
+    if (e.pd != pd) return fail(err, MrError::BadPd);
+    // va - iova + len <= length, without overflow.
+    if (va < e.iova || len > e.length || va - e.iova > e.length - len) return fail(err, MrError::OutOfBounds);
+    if ((e.access & access) != access) return fail(err, MrError::NoAccess);
+    return e.host + (va - e.iova);
+  }
+
+  uint32_t capacity() const noexcept { return capacity_; }
+  uint32_t in_use() const noexcept { return in_use_; }
+
+ private:
+  static uint8_t* fail(MrError* err, MrError e) noexcept {
+    if (err) *err = e;
+    return nullptr;
+  }
+  MrEntry* entries_;
+  uint32_t capacity_;
+  uint32_t free_head_ = 0;  // index + 1
+  uint32_t in_use_ = 0;
+};
+
+}  // namespace droce::verbs

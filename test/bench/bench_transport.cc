@@ -1,0 +1,204 @@
+// Transport benchmark over memlink, both engines on one core (one thread):
+// 64-byte RC WRITE and SEND messages/s, 64 KiB RC WRITE GB/s, next to the
+// link's raw forwarding rate (alloc + 64-byte frame copy + tx + rx + free, no
+// transport) measured in the same run.
+// Release build: build/test/bench/bench_transport [seconds-per-case]
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "memlink/memlink.h"
+#include "transport/engine.h"
+#include "wire/packet.h"
+
+using namespace droce;
+using namespace droce::transport;
+using namespace droce::verbs;
+using SteadyClock = std::chrono::steady_clock;
+
+namespace {
+
+class RealClock : public io::Clock {
+ public:
+  uint64_t now_ns() const noexcept override {
+    return static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(SteadyClock::now().time_since_epoch()).count());
+  }
+};
+
+wire::MacAddr mac_of(int i) { return {2, 0, 0, 0, 0, static_cast<uint8_t>(i + 1)}; }
+wire::Gid gid_of(int i) { return wire::gid_from_ipv4(0x0A000001u + static_cast<uint32_t>(i)); }
+
+double seconds_since(SteadyClock::time_point t) {
+  return std::chrono::duration<double>(SteadyClock::now() - t).count();
+}
+
+// Raw link: what one core moves through memlink with no transport.
+double raw_forward_pps(double secs, uint32_t plen) {
+  RealClock clock;
+  memlink::Link link(clock, 1, 1024, 4352);
+  auto& a = link.add_port(mac_of(0));
+  auto& b = link.add_port(mac_of(1));
+  wire::Headers h;
+  h.l2.src = mac_of(0);
+  h.l2.dst = mac_of(1);
+  h.bth.opcode = wire::op::RC_WRITE_ONLY;
+  std::vector<uint8_t> payload(plen, 1), frame(plen + 256);
+  frame.resize(wire::build_frame(frame, h, payload));
+  io::PktBuf* bufs[32];
+  uint64_t pkts = 0;
+  const auto t0 = SteadyClock::now();
+  do {
+    for (int r = 0; r < 64; ++r) {
+      const uint16_t n = a.alloc_burst(bufs, 32);
+      for (uint16_t i = 0; i < n; ++i) {
+        std::memcpy(bufs[i]->data, frame.data(), frame.size());
+        bufs[i]->len = static_cast<uint32_t>(frame.size());
+      }
+      a.tx_burst(bufs, n);
+      const uint16_t m = b.rx_burst(bufs, 32);
+      b.free_burst(bufs, m);
+      pkts += m;
+    }
+  } while (seconds_since(t0) < secs);
+  return static_cast<double>(pkts) / seconds_since(t0);
+}
+
+struct Pair {
+  RealClock clock;
+  memlink::Link link{clock, 1, 8192, 4352};
+  memlink::Port& pa = link.add_port(mac_of(0));
+  memlink::Port& pb = link.add_port(mac_of(1));
+  std::unique_ptr<Engine> a, b;
+  Pd pda, pdb;
+  Cq *sa, *ra, *sb, *rb;
+  uint32_t qa = 0, qb = 0;
+
+  explicit Pair(Mtu mtu) {
+    EngineConfig ca, cb;
+    ca.mac = mac_of(0);
+    ca.gid = gid_of(0);
+    cb.mac = mac_of(1);
+    cb.gid = gid_of(1);
+    a = std::make_unique<Engine>(ca, pa, clock);
+    b = std::make_unique<Engine>(cb, pb, clock);
+    pda = a->alloc_pd();
+    pdb = b->alloc_pd();
+    sa = a->create_cq(4096);
+    ra = a->create_cq(4096);
+    sb = b->create_cq(4096);
+    rb = b->create_cq(4096);
+    qa = make_qp(*a, pda, sa, ra);
+    qb = make_qp(*b, pdb, sb, rb);
+    up(*a, qa, qb, 1, mtu);
+    up(*b, qb, qa, 0, mtu);
+  }
+  static uint32_t make_qp(Engine& e, Pd pd, Cq* s, Cq* r) {
+    QpInitAttr init;
+    init.pd = pd.handle;
+    init.send_cq = s;
+    init.recv_cq = r;
+    init.cap.max_send_wr = 1024;
+    init.cap.max_recv_wr = 1024;
+    uint32_t qpn = 0;
+    if (e.create_qp(init, &qpn)) std::abort();
+    return qpn;
+  }
+  static void up(Engine& e, uint32_t qpn, uint32_t peer, int peer_idx, Mtu mtu) {
+    QpAttr a;
+    a.qp_state = QpState::Init;
+    a.qp_access_flags = kAccessRemoteWrite | kAccessRemoteRead;
+    if (e.modify_qp(qpn, a, kQpState | kQpPkeyIndex | kQpPort | kQpAccessFlags)) std::abort();
+    a.qp_state = QpState::Rtr;
+    a.path_mtu = mtu;
+    a.dest_qp_num = peer;
+    a.ah_attr.dmac = mac_of(peer_idx);
+    a.ah_attr.dgid = gid_of(peer_idx);
+    if (e.modify_qp(qpn, a, kQpState | kQpAv | kQpPathMtu | kQpDestQpn | kQpRqPsn | kQpMaxDestRdAtomic | kQpMinRnrTimer))
+      std::abort();
+    a.qp_state = QpState::Rts;
+    if (e.modify_qp(qpn, a, kQpState | kQpSqPsn | kQpTimeout | kQpRetryCnt | kQpRnrRetry | kQpMaxQpRdAtomic))
+      std::abort();
+  }
+};
+
+// Messages per second for `op` with `len`-byte messages, `depth` outstanding,
+// one signaled completion every `sig` WRs.
+double run_msgs(WrOpcode op, uint32_t len, Mtu mtu, double secs, uint32_t depth, uint32_t sig) {
+  Pair p(mtu);
+  std::vector<uint8_t> src(len), dst(size_t{len} * 2);
+  uint32_t ks = 0, kd = 0;
+  p.a->reg_mr(p.pda, src.data(), src.size(), kAccessLocalWrite, &ks);
+  p.b->reg_mr(p.pdb, dst.data(), dst.size(), kAccessLocalWrite | kAccessRemoteWrite, &kd);
+  const bool send = op == WrOpcode::Send;
+  RecvWr rwr;
+  rwr.num_sge = 1;
+  rwr.sg_list[0] = {reinterpret_cast<uint64_t>(dst.data()), len, kd};
+  if (send)
+    for (uint32_t i = 0; i < 1000; ++i) p.b->post_recv(p.qb, rwr);
+  SendWr wr;
+  wr.opcode = op;
+  wr.num_sge = 1;
+  wr.sg_list[0] = {reinterpret_cast<uint64_t>(src.data()), len, ks};
+  wr.rdma = {reinterpret_cast<uint64_t>(dst.data()), kd};
+  uint64_t posted = 0, done = 0;
+  Wc wc[64];
+  auto t0 = SteadyClock::now();
+  bool warm = false;
+  uint64_t done0 = 0;
+  for (;;) {
+    while (posted - done < depth) {
+      wr.send_flags = (posted % sig == sig - 1) ? uint32_t{kSendSignaled} : 0u;
+      if (p.a->post_send(p.qa, wr)) break;
+      ++posted;
+    }
+    p.a->poll();
+    p.b->poll();
+    int n;
+    while ((n = p.sa->poll(wc, 64)) > 0)
+      for (int i = 0; i < n; ++i) {
+        if (wc[i].status != WcStatus::Success) {
+          std::fprintf(stderr, "completion error %s\n", wc_status_str(wc[i].status));
+          std::abort();
+        }
+        done += sig;
+      }
+    if (send)
+      while ((n = p.rb->poll(wc, 64)) > 0)
+        for (int i = 0; i < n; ++i) p.b->post_recv(p.qb, rwr);
+    const double el = seconds_since(t0);
+    if (!warm && el > secs * 0.1) {  // short warm-up
+      warm = true;
+      t0 = SteadyClock::now();
+      done0 = done;
+    } else if (warm && el >= secs) {
+      return static_cast<double>(done - done0) / el;
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const double secs = argc > 1 ? std::atof(argv[1]) : 0.5;
+  std::printf("droce transport benchmark (both engines and the link on one core)\n");
+  const double raw = raw_forward_pps(secs, 64);
+  const double raw4k = raw_forward_pps(secs, 4096);
+  const double w64 = run_msgs(WrOpcode::RdmaWrite, 64, Mtu::M1024, secs, 256, 16);
+  const double s64 = run_msgs(WrOpcode::Send, 64, Mtu::M1024, secs, 256, 16);
+  const double w64k = run_msgs(WrOpcode::RdmaWrite, 65536, Mtu::M4096, secs, 32, 4);
+  // Packets each message costs on the link: a request (+ coalesced ACKs, counted separately).
+  const double raw_gbps = raw4k * 4096 / 1e9;  // raw link moving 4 KiB-payload frames
+  std::printf("%-38s %14s %14s %10s\n", "case", "droce", "raw memlink", "ratio");
+  std::printf("%-38s %14.2f %14s %10s\n", "memlink raw forwarding 64 B (Mpps)", raw / 1e6, "-", "-");
+  std::printf("%-38s %14.2f %14s %10s\n", "memlink raw forwarding 4 KiB (GB/s)", raw_gbps, "-", "-");
+  std::printf("%-38s %14.2f %14.2f %10.3f\n", "RC WRITE 64 B (M msgs/s)", w64 / 1e6, raw / 1e6, w64 / raw);
+  std::printf("%-38s %14.2f %14.2f %10.3f\n", "RC SEND 64 B (M msgs/s)", s64 / 1e6, raw / 1e6, s64 / raw);
+  const double gbps = w64k * 65536 / 1e9;
+  std::printf("%-38s %14.2f %14.2f %10.3f\n", "RC WRITE 64 KiB (GB/s, MTU 4096)", gbps, raw_gbps, gbps / raw_gbps);
+  std::printf("(ratio = transport rate / raw memlink rate with frames of the same payload size, same run)\n");
+  return 0;
+}

@@ -1,0 +1,117 @@
+// drivers/memlink: delivery by MAC, virtual-time delay, reordering, loss,
+// duplication, corruption (fails ICRC), CE marking, pool accounting.
+#include <catch2/catch.hpp>
+
+#include <vector>
+
+#include "memlink/memlink.h"
+#include "wire/packet.h"
+
+using namespace droce;
+
+namespace {
+wire::MacAddr mac(int i) { return {2, 0, 0, 0, 0, static_cast<uint8_t>(i)}; }
+
+void send(memlink::Port& p, int to, uint32_t psn) {
+  wire::Headers h;
+  h.l2.src = p.mac();
+  h.l2.dst = mac(to);
+  h.l3.src = wire::gid_from_ipv4(0x0A000001);
+  h.l3.dst = wire::gid_from_ipv4(0x0A000002);
+  h.l3.tos = wire::kEcnEct0;
+  h.bth.opcode = wire::op::RC_SEND_ONLY;
+  h.bth.psn = psn;
+  std::vector<uint8_t> payload(100, static_cast<uint8_t>(psn));
+  io::PktBuf* b;
+  REQUIRE(p.alloc_burst(&b, 1) == 1);
+  b->len = static_cast<uint32_t>(wire::build_frame({b->data, b->cap}, h, payload));
+  REQUIRE(p.tx_burst(&b, 1) == 1);
+}
+
+std::vector<uint32_t> receive(memlink::Port& p, int* icrc_bad = nullptr, int* ce = nullptr) {
+  std::vector<uint32_t> psns;
+  io::PktBuf* bufs[32];
+  uint16_t n;
+  while ((n = p.rx_burst(bufs, 32)) > 0) {
+    for (uint16_t i = 0; i < n; ++i) {
+      wire::PacketView v;
+      const auto e = wire::parse_frame({bufs[i]->data, bufs[i]->len}, v);
+      if (e == wire::ParseError::IcrcMismatch) {
+        if (icrc_bad) ++*icrc_bad;
+        continue;
+      }
+      REQUIRE(e == wire::ParseError::Ok);
+      if (ce && v.h.l3.ecn() == wire::kEcnCe) ++*ce;
+      psns.push_back(v.h.bth.psn);
+    }
+    p.free_burst(bufs, n);
+  }
+  return psns;
+}
+}  // namespace
+
+TEST_CASE("memlink: delivery, delay, routing, pool", "[memlink]") {
+  memlink::VirtualClock clock;
+  memlink::Link link(clock, 1, 64, 2048);
+  auto& a = link.add_port(mac(1));
+  auto& b = link.add_port(mac(2));
+  memlink::Faults f;
+  f.delay_ns = 1000;
+  a.set_faults(f);
+  for (uint32_t i = 0; i < 10; ++i) send(a, 2, i);
+  send(a, 9, 99);  // no such MAC
+  CHECK(receive(b).empty());  // not before the delay
+  clock.advance(1000);
+  const auto got = receive(b);
+  REQUIRE(got.size() == 10);
+  for (uint32_t i = 0; i < 10; ++i) CHECK(got[i] == i);
+  CHECK(link.counter(memlink::Counter::NoRoute) == 1);
+  CHECK(link.free_bufs() == 64);  // every buffer came back
+  // Pool exhaustion is counted, not fatal.
+  io::PktBuf* bufs[80];
+  CHECK(a.alloc_burst(bufs, 80) == 64);
+  CHECK(link.counter(memlink::Counter::PoolEmpty) == 1);
+  a.free_burst(bufs, 64);
+}
+
+TEST_CASE("memlink: seeded faults are counted and corruption fails ICRC", "[memlink]") {
+  memlink::VirtualClock clock;
+  memlink::Link link(clock, 12345, 4096, 2048);
+  auto& a = link.add_port(mac(1));
+  auto& b = link.add_port(mac(2));
+  memlink::Faults f;
+  f.loss = 0.1;
+  f.reorder = 0.1;
+  f.duplicate = 0.1;
+  f.corrupt = 0.1;
+  f.ce_mark = 0.1;
+  a.set_faults(f);
+  const int n = 2000;
+  for (int i = 0; i < n; ++i) send(a, 2, static_cast<uint32_t>(i));
+  clock.advance(1'000'000);
+  int bad = 0, ce = 0;
+  const auto got = receive(b, &bad, &ce);
+  const auto C = [&](memlink::Counter c) { return static_cast<int>(link.counter(c)); };
+  CHECK(C(memlink::Counter::Lost) > 100);
+  CHECK(C(memlink::Counter::Lost) < 300);
+  CHECK(C(memlink::Counter::Duplicated) > 100);
+  CHECK(C(memlink::Counter::Reordered) > 100);
+  CHECK(C(memlink::Counter::CeMarked) > 100);
+  CHECK(bad == C(memlink::Counter::Corrupted));  // every damaged frame fails ICRC
+  CHECK(ce >= C(memlink::Counter::CeMarked) - bad);  // marked frames arrive marked (unless damaged)
+  CHECK(ce <= C(memlink::Counter::CeMarked) + C(memlink::Counter::Duplicated));
+  CHECK(static_cast<int>(got.size()) + bad == n - C(memlink::Counter::Lost) + C(memlink::Counter::Duplicated));
+  bool out_of_order = false;
+  for (size_t i = 1; i < got.size(); ++i) out_of_order |= got[i] < got[i - 1];
+  CHECK(out_of_order);
+  CHECK(link.free_bufs() == 4096);
+  // Same seed, same faults.
+  memlink::VirtualClock clock2;
+  memlink::Link link2(clock2, 12345, 4096, 2048);
+  auto& a2 = link2.add_port(mac(1));
+  auto& b2 = link2.add_port(mac(2));
+  a2.set_faults(f);
+  for (int i = 0; i < n; ++i) send(a2, 2, static_cast<uint32_t>(i));
+  clock2.advance(1'000'000);
+  CHECK(receive(b2) == got);
+}

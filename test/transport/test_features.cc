@@ -1,0 +1,259 @@
+// Feature tests over memlink: SRQ, max_rd_atomic, fence, SQD drain, ECN end
+// to end, UD to several nodes, unsignaled completions, QP reset and reuse.
+#include <catch2/catch.hpp>
+
+#include <set>
+
+#include "harness.h"
+
+using namespace droce;
+using namespace droce::test;
+
+namespace {
+std::vector<Wc> wait_wcs(World& w, Node& n, Cq* cq, size_t count) {
+  std::vector<Wc> got;
+  w.run([&] {
+    auto x = n.drain(cq);
+    got.insert(got.end(), x.begin(), x.end());
+    return got.size() >= count;
+  });
+  return got;
+}
+}  // namespace
+
+TEST_CASE("features: SRQ shared by two QPs", "[features]") {
+  World w(3);
+  Node& A = *w.node[0];
+  Node& B = *w.node[1];
+  Srq* srq = B.eng->create_srq(B.pd, 64);
+  REQUIRE(srq);
+  QpOpts o;
+  o.srq_b = srq;
+  auto [a1, b1] = w.connect(0, 1, QpType::RC, o);
+  auto [a2, b2] = w.connect(0, 1, QpType::RC, o);
+  auto& src = A.buffer(4096);
+  auto& rb = B.buffer(64 * 256);
+  fill_random(src.mem, 5);
+  for (int i = 0; i < 8; ++i) REQUIRE(B.eng->post_srq_recv(srq, make_recv(100 + i, rb, i * 256, 256)) == 0);
+  CHECK(B.eng->post_recv(b1, make_recv(1, rb, 0, 16)) == EINVAL);  // a QP with an SRQ has no RQ
+  for (int i = 0; i < 4; ++i) {
+    REQUIRE(A.eng->post_send(a1, make_wr(i, WrOpcode::Send, src, i, 100)) == 0);
+    REQUIRE(A.eng->post_send(a2, make_wr(10 + i, WrOpcode::Send, src, 10 + i, 50)) == 0);
+  }
+  auto r = wait_wcs(w, B, B.rcq, 8);
+  REQUIRE(r.size() == 8);
+  std::set<uint64_t> ids;
+  for (auto& wc : r) {
+    CHECK(wc.status == WcStatus::Success);
+    ids.insert(wc.wr_id);
+    CHECK((wc.qp_num == b1 || wc.qp_num == b2));
+    CHECK(wc.byte_len == (wc.qp_num == b1 ? 100u : 50u));
+  }
+  CHECK(ids.size() == 8);
+  CHECK(srq->count() == 0);
+}
+
+TEST_CASE("features: max_rd_atomic limits outstanding READs", "[features]") {
+  World w(4);
+  QpOpts o;
+  o.max_rd_atomic = 2;
+  auto [qa, qb] = w.connect(0, 1, QpType::RC, o);
+  Node& A = *w.node[0];
+  Node& B = *w.node[1];
+  auto& local = A.buffer(1 << 16);
+  auto& remote = B.buffer(1 << 16);
+  fill_random(remote.mem, 9);
+  w.link.record(true);
+  for (int i = 0; i < 8; ++i) {
+    SendWr wr = make_wr(i, WrOpcode::RdmaRead, local, i * 4096, 3000);
+    wr.rdma = {remote.addr() + i * 4096, remote.key};
+    REQUIRE(A.eng->post_send(qa, wr) == 0);
+  }
+  auto c = wait_wcs(w, A, A.scq, 8);
+  REQUIRE(c.size() == 8);
+  int out = 0, max_out = 0;
+  for (auto& s : parsed(w.link)) {
+    if (s.v.h.bth.opcode == wire::op::RC_READ_REQUEST) max_out = std::max(max_out, ++out);
+    if (s.v.h.bth.opcode == wire::op::RC_READ_RESPONSE_LAST || s.v.h.bth.opcode == wire::op::RC_READ_RESPONSE_ONLY) --out;
+  }
+  CHECK(max_out == 2);
+  CHECK(std::memcmp(local.mem.data(), remote.mem.data(), 3000) == 0);
+  (void)qb;
+}
+
+TEST_CASE("features: fence waits for earlier READs", "[features]") {
+  World w(5);
+  auto [qa, qb] = w.connect(0, 1, QpType::RC);
+  Node& A = *w.node[0];
+  Node& B = *w.node[1];
+  auto& local = A.buffer(1 << 16);
+  auto& remote = B.buffer(1 << 16);
+  w.link.record(true);
+  SendWr rd = make_wr(1, WrOpcode::RdmaRead, local, 0, 8000);
+  rd.rdma = {remote.addr(), remote.key};
+  SendWr wr = make_wr(2, WrOpcode::RdmaWrite, local, 0, 100);
+  wr.rdma = {remote.addr() + 32768, remote.key};
+  wr.send_flags |= kSendFence;
+  REQUIRE(A.eng->post_send(qa, rd) == 0);
+  REQUIRE(A.eng->post_send(qa, wr) == 0);
+  REQUIRE(wait_wcs(w, A, A.scq, 2).size() == 2);
+  int last_resp = -1, write_at = -1, i = 0;
+  for (auto& s : parsed(w.link)) {
+    if (s.v.h.bth.opcode == wire::op::RC_READ_RESPONSE_LAST) last_resp = i;
+    if (s.v.h.bth.opcode == wire::op::RC_WRITE_ONLY) write_at = i;
+    ++i;
+  }
+  REQUIRE(last_resp >= 0);
+  CHECK(write_at > last_resp);
+  (void)qb;
+}
+
+TEST_CASE("features: SQD holds new WQEs and RTS resumes", "[features]") {
+  World w(6);
+  auto [qa, qb] = w.connect(0, 1, QpType::RC);
+  Node& A = *w.node[0];
+  Node& B = *w.node[1];
+  auto& src = A.buffer(4096);
+  auto& dst = B.buffer(4096);
+  QpAttr a;
+  a.qp_state = QpState::Sqd;
+  REQUIRE(A.eng->modify_qp(qa, a, kQpState) == 0);
+  SendWr wr = make_wr(1, WrOpcode::RdmaWrite, src, 0, 64);
+  wr.rdma = {dst.addr(), dst.key};
+  REQUIRE(A.eng->post_send(qa, wr) == 0);
+  w.settle();
+  CHECK(A.drain(A.scq).empty());
+  CHECK(A.eng->counter(Ctr::ReqPackets) == 0);
+  a.qp_state = QpState::Rts;
+  REQUIRE(A.eng->modify_qp(qa, a, kQpState) == 0);
+  auto c = wait_wcs(w, A, A.scq, 1);
+  REQUIRE(c.size() == 1);
+  CHECK(c[0].status == WcStatus::Success);
+  (void)qb;
+}
+
+TEST_CASE("features: ECN marks make CNPs end to end counted on both sides", "[features][ecn]") {
+  World w(7);
+  memlink::Faults f;
+  f.ce_mark = 1.0;
+  w.node[0]->port.set_faults(f);  // every frame from A is CE-marked
+  auto [qa, qb] = w.connect(0, 1, QpType::RC);
+  Node& A = *w.node[0];
+  Node& B = *w.node[1];
+  auto& src = A.buffer(1 << 20);
+  auto& dst = B.buffer(1 << 20);
+  SendWr wr = make_wr(1, WrOpcode::RdmaWrite, src, 0, 1 << 20);
+  wr.rdma = {dst.addr(), dst.key};
+  REQUIRE(A.eng->post_send(qa, wr) == 0);
+  REQUIRE(wait_wcs(w, A, A.scq, 1).size() == 1);
+  w.settle();
+  const uint64_t ce = B.eng->counter(Ctr::CeReceived);
+  const uint64_t sent = B.eng->counter(Ctr::CnpSent);
+  CHECK(ce == w.link.counter(memlink::Counter::CeMarked));
+  CHECK(sent >= 1);
+  CHECK(sent + B.eng->counter(Ctr::CnpSuppressed) == ce);  // each CE gives a CNP or is rate-limited
+  CHECK(A.eng->counter(Ctr::CnpReceived) == sent);
+  CHECK(A.eng->qp(qa)->ctr.cnp_received == sent);
+  CHECK(B.eng->qp(qb)->ctr.cnp_sent == sent);
+}
+
+TEST_CASE("features: UD to several nodes", "[features][ud]") {
+  World w(8, 3);
+  QpOpts o;
+  Node& A = *w.node[0];
+  const uint32_t ua = w.create_qp(A, QpType::UD, o, nullptr);
+  REQUIRE(w.to_rts(A, ua, QpType::UD, o, *w.node[1], 0, 0, 0) == 0);
+  auto& src = A.buffer(4096);
+  fill_random(src.mem, 1);
+  std::vector<uint32_t> uq;
+  std::vector<Node::Buf*> rbs;
+  std::vector<Ah> ahs;
+  for (int n = 1; n <= 2; ++n) {
+    Node& N = *w.node[n];
+    const uint32_t q = w.create_qp(N, QpType::UD, o, nullptr);
+    REQUIRE(w.to_rts(N, q, QpType::UD, o, A, 0, 0, 0) == 0);
+    uq.push_back(q);
+    rbs.push_back(&N.buffer(4096));
+    REQUIRE(N.eng->post_recv(q, make_recv(n, *rbs.back(), 0, 2048)) == 0);
+    ahs.push_back(N.ah());
+  }
+  for (int n = 0; n < 2; ++n) {
+    SendWr wr = make_wr(n, WrOpcode::SendImm, src, n * 100, 500);
+    wr.imm_data = 0x1000 + n;
+    wr.ud = {&ahs[n], uq[n], o.qkey};
+    REQUIRE(A.eng->post_send(ua, wr) == 0);
+  }
+  for (int n = 1; n <= 2; ++n) {
+    auto c = wait_wcs(w, *w.node[n], w.node[n]->rcq, 1);
+    REQUIRE(c.size() == 1);
+    CHECK(c[0].imm_data == uint32_t(0x1000 + n - 1));
+    CHECK(c[0].src_qp == ua);
+    CHECK(c[0].byte_len == 540);
+    CHECK(std::memcmp(rbs[n - 1]->mem.data() + 40, src.mem.data() + (n - 1) * 100, 500) == 0);
+    CHECK(rbs[n - 1]->mem[20 + 15] == 1);  // source 10.0.0.1 in the GRH
+  }
+  // Larger than the path MTU: LOC_LEN_ERR.
+  SendWr big = make_wr(9, WrOpcode::Send, src, 0, 2000);
+  big.ud = {&ahs[0], uq[0], o.qkey};
+  REQUIRE(A.eng->post_send(ua, big) == 0);
+  auto c = wait_wcs(w, A, A.scq, 3);
+  REQUIRE(c.size() == 3);
+  CHECK(c[2].status == WcStatus::LocLenErr);
+}
+
+TEST_CASE("features: unsignaled WRs and inline data", "[features]") {
+  World w(9);
+  auto [qa, qb] = w.connect(0, 1, QpType::RC);
+  Node& A = *w.node[0];
+  Node& B = *w.node[1];
+  auto& src = A.buffer(4096);
+  auto& dst = B.buffer(4096);
+  fill_random(src.mem, 3);
+  for (int i = 0; i < 5; ++i) {
+    SendWr wr = make_wr(i, WrOpcode::RdmaWrite, src, i * 100, 100);
+    wr.rdma = {dst.addr() + i * 100, dst.key};
+    wr.send_flags = i == 4 ? kSendSignaled : kSendInline;
+    REQUIRE(A.eng->post_send(qa, wr) == 0);
+  }
+  const std::vector<uint8_t> orig(src.mem.begin(), src.mem.begin() + 400);
+  std::fill(src.mem.begin(), src.mem.begin() + 400, 0);  // inline data was copied at post time
+  auto c = wait_wcs(w, A, A.scq, 1);
+  w.settle();
+  c = A.drain(A.scq);
+  CHECK(c.empty());
+  CHECK(std::memcmp(dst.mem.data() + 400, src.mem.data() + 400, 100) == 0);
+  CHECK(std::memcmp(dst.mem.data(), orig.data(), 400) == 0);  // the inline copies, not the zeroed source
+  (void)qb;
+}
+
+TEST_CASE("features: QP reset and reuse and destroy", "[features]") {
+  World w(10);
+  auto [qa, qb] = w.connect(0, 1, QpType::RC);
+  Node& A = *w.node[0];
+  Node& B = *w.node[1];
+  auto& src = A.buffer(4096);
+  auto& dst = B.buffer(4096);
+  QpAttr a;
+  a.qp_state = QpState::Reset;
+  REQUIRE(A.eng->modify_qp(qa, a, kQpState) == 0);
+  REQUIRE(B.eng->modify_qp(qb, a, kQpState) == 0);
+  QpOpts o;
+  o.sq_psn = 0xFFFFFE;  // wraps immediately
+  o.rq_psn = 77;
+  REQUIRE(w.to_rts(A, qa, QpType::RC, o, B, qb, o.sq_psn, o.rq_psn) == 0);
+  REQUIRE(w.to_rts(B, qb, QpType::RC, o, A, qa, o.rq_psn, o.sq_psn) == 0);
+  for (int i = 0; i < 3; ++i) {
+    SendWr wr = make_wr(i, WrOpcode::RdmaWrite, src, 0, 2000);
+    wr.rdma = {dst.addr(), dst.key};
+    REQUIRE(A.eng->post_send(qa, wr) == 0);
+  }
+  auto c = wait_wcs(w, A, A.scq, 3);
+  REQUIRE(c.size() == 3);
+  for (auto& x : c) CHECK(x.status == WcStatus::Success);
+  QpAttr q;
+  REQUIRE(A.eng->query_qp(qa, &q) == 0);
+  CHECK(q.qp_state == QpState::Rts);
+  CHECK(A.eng->destroy_qp(qa) == 0);
+  CHECK(A.eng->qp(qa) == nullptr);
+  CHECK(A.eng->post_send(qa, make_wr(9, WrOpcode::Send, src, 0, 1)) == EINVAL);
+}

@@ -1,0 +1,541 @@
+// Protocol tests: one engine (the DUT) on a memlink, a raw port as its peer.
+// Each test feeds hand-built packets (wire::build_frame) and asserts on what
+// the engine sends back. Steps read "Receive ... Expect ...".
+#include <catch2/catch.hpp>
+
+#include "harness.h"
+
+using namespace droce;
+using namespace droce::test;
+
+namespace {
+
+constexpr uint32_t kPeerQpn = 0x77;
+constexpr uint32_t kRqPsn = 1000;  // what the DUT's responder expects first
+constexpr uint32_t kSqPsn = 500;   // what the DUT's requester sends first
+
+struct Frame {
+  std::vector<uint8_t> bytes;
+  wire::PacketView v;
+};
+
+class Proto {
+ public:
+  explicit Proto(QpType t = QpType::RC, QpOpts o = {}, EngineConfig cfg = {})
+      : link(clock, 1, 1024, 4096 + 256), dut(0, link, clock, cfg), peer(link.add_port(mac_of(1))), type(t) {
+    o.rq_psn = kRqPsn;
+    o.sq_psn = kSqPsn;
+    QpInitAttr init;
+    init.qp_type = t;
+    init.pd = dut.pd.handle;
+    init.send_cq = dut.scq;
+    init.recv_cq = dut.rcq;
+    REQUIRE(dut.eng->create_qp(init, &qpn) == 0);
+    mtu = mtu_bytes(o.mtu);
+    // Bring the QP up (a fake peer node only for its address).
+    QpAttr a;
+    a.qp_state = QpState::Init;
+    a.qp_access_flags = kAccessRemoteWrite | kAccessRemoteRead | kAccessRemoteAtomic;
+    a.qkey = o.qkey;
+    REQUIRE(dut.eng->modify_qp(qpn, a, kQpState | kQpPkeyIndex | kQpPort | (t == QpType::UD ? kQpQkey : kQpAccessFlags)) == 0);
+    a.qp_state = QpState::Rtr;
+    a.path_mtu = o.mtu;
+    a.dest_qp_num = kPeerQpn;
+    a.rq_psn = kRqPsn;
+    a.max_dest_rd_atomic = 4;
+    a.min_rnr_timer = o.min_rnr_timer;
+    a.ah_attr.dmac = mac_of(1);
+    a.ah_attr.dgid = gid_of(1);
+    uint32_t m = kQpState;
+    if (t == QpType::RC) m |= kQpAv | kQpPathMtu | kQpDestQpn | kQpRqPsn | kQpMaxDestRdAtomic | kQpMinRnrTimer;
+    if (t == QpType::UC) m |= kQpAv | kQpPathMtu | kQpDestQpn | kQpRqPsn;
+    REQUIRE(dut.eng->modify_qp(qpn, a, m) == 0);
+    a.qp_state = QpState::Rts;
+    a.sq_psn = kSqPsn;
+    a.timeout = o.timeout;
+    a.retry_cnt = o.retry_cnt;
+    a.rnr_retry = o.rnr_retry;
+    a.max_rd_atomic = 4;
+    m = kQpState | kQpSqPsn;
+    if (t == QpType::RC) m |= kQpTimeout | kQpRetryCnt | kQpRnrRetry | kQpMaxQpRdAtomic;
+    REQUIRE(dut.eng->modify_qp(qpn, a, m) == 0);
+    mem = &dut.buffer(1 << 16);
+    for (size_t i = 0; i < mem->mem.size(); ++i) mem->mem[i] = static_cast<uint8_t>(i * 7);
+  }
+
+  wire::Headers hdr(uint8_t opcode, uint32_t psn, bool ackreq = true) const {
+    wire::Headers h;
+    h.l2.src = mac_of(1);
+    h.l2.dst = mac_of(0);
+    h.l3.src = gid_of(1);
+    h.l3.dst = gid_of(0);
+    h.l3.tos = wire::kEcnEct0;
+    h.bth.opcode = opcode;
+    h.bth.dqpn = qpn;
+    h.bth.psn = psn;
+    h.bth.ackreq = ackreq;
+    return h;
+  }
+
+  // Receive (at the DUT) one hand-built packet.
+  void send(const wire::Headers& h, std::span<const uint8_t> payload = {}) {
+    io::PktBuf* b = nullptr;
+    REQUIRE(peer.alloc_burst(&b, 1) == 1);
+    b->len = static_cast<uint32_t>(wire::build_frame({b->data, b->cap}, h, payload));
+    REQUIRE(b->len > 0);
+    REQUIRE(peer.tx_burst(&b, 1) == 1);
+  }
+
+  // Let the DUT run (advancing the clock by `ns`) and collect what it sent.
+  std::vector<Frame> run(uint64_t ns = 5000) {
+    std::vector<Frame> out;
+    const uint64_t until = clock.now_ns() + ns;
+    while (true) {
+      dut.eng->poll();
+      io::PktBuf* bufs[32];
+      uint16_t n;
+      while ((n = peer.rx_burst(bufs, 32)) > 0) {
+        for (uint16_t i = 0; i < n; ++i) {
+          Frame f;
+          f.bytes.assign(bufs[i]->data, bufs[i]->data + bufs[i]->len);
+          REQUIRE(wire::parse_frame(f.bytes, f.v) == wire::ParseError::Ok);
+          out.push_back(std::move(f));
+        }
+        peer.free_burst(bufs, n);
+      }
+      if (clock.now_ns() >= until) break;
+      clock.advance(500);
+    }
+    for (auto& f : out) wire::parse_frame(f.bytes, f.v);
+    return out;
+  }
+
+  Qp& q() { return *dut.eng->qp(qpn); }
+
+  memlink::VirtualClock clock;
+  memlink::Link link;
+  Node dut;
+  memlink::Port& peer;
+  QpType type;
+  uint32_t qpn = 0;
+  uint32_t mtu = 1024;
+  Node::Buf* mem = nullptr;
+};
+
+uint8_t syn_kind(const Frame& f) { return f.v.h.ext.aeth.syndrome & wire::kAethKindMask; }
+
+}  // namespace
+
+TEST_CASE("protocol: duplicate READ is re-executed", "[protocol]") {
+  Proto p;
+  // Receive READ (3 MTU) at PSN 1000. Expect FIRST, MIDDLE, LAST at 1000..1002 with the bytes.
+  auto h = p.hdr(wire::op::RC_READ_REQUEST, kRqPsn);
+  h.ext.reth = {p.mem->addr() + 10, p.mem->key, 3 * p.mtu};
+  p.send(h);
+  auto out = p.run();
+  REQUIRE(out.size() == 3);
+  const uint8_t ops[] = {wire::op::RC_READ_RESPONSE_FIRST, wire::op::RC_READ_RESPONSE_MIDDLE,
+                         wire::op::RC_READ_RESPONSE_LAST};
+  for (int i = 0; i < 3; ++i) {
+    CHECK(out[i].v.h.bth.opcode == ops[i]);
+    CHECK(out[i].v.h.bth.psn == kRqPsn + i);
+    CHECK(out[i].v.h.bth.dqpn == kPeerQpn);
+    CHECK(std::memcmp(out[i].v.payload(), p.mem->mem.data() + 10 + i * p.mtu, p.mtu) == 0);
+  }
+  // Receive the same READ again. Expect the same three responses (re-executed, C9-...).
+  p.mem->mem[10] = 0xAB;  // a READ re-executes: it returns the memory as it is now
+  p.send(h);
+  out = p.run();
+  REQUIRE(out.size() == 3);
+  CHECK(out[0].v.h.bth.psn == kRqPsn);
+  CHECK(out[0].v.payload()[0] == 0xAB);
+  CHECK(p.dut.eng->counter(Ctr::ReadReplayed) == 1);
+  // Receive a retried READ for the last two packets only (PSN 1001). Expect FIRST, LAST at 1001, 1002.
+  auto h2 = p.hdr(wire::op::RC_READ_REQUEST, kRqPsn + 1);
+  h2.ext.reth = {p.mem->addr() + 10 + p.mtu, p.mem->key, 2 * p.mtu};
+  p.send(h2);
+  out = p.run();
+  REQUIRE(out.size() == 2);
+  CHECK(out[0].v.h.bth.opcode == wire::op::RC_READ_RESPONSE_FIRST);
+  CHECK(out[0].v.h.bth.psn == kRqPsn + 1);
+  CHECK(out[1].v.h.bth.opcode == wire::op::RC_READ_RESPONSE_LAST);
+  CHECK(out[1].v.h.bth.psn == kRqPsn + 2);
+  // The responder's PSN moved past the READ: the next new request is 1003.
+  CHECK(p.q().resp.psn == kRqPsn + 3);
+}
+
+TEST_CASE("protocol: duplicate atomic is answered from the replay cache", "[protocol]") {
+  Proto p;
+  uint64_t v = 1000;
+  std::memcpy(p.mem->mem.data() + 64, &v, 8);
+  auto h = p.hdr(wire::op::RC_FETCH_ADD, kRqPsn);
+  h.ext.atomic = {p.mem->addr() + 64, p.mem->key, 5, 0};
+  // Receive FETCH_ADD(+5). Expect ATOMIC_ACK with the original 1000; memory 1005.
+  p.send(h);
+  auto out = p.run();
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].v.h.bth.opcode == wire::op::RC_ATOMIC_ACKNOWLEDGE);
+  CHECK(out[0].v.h.bth.psn == kRqPsn);
+  CHECK(out[0].v.h.ext.atomic_orig == 1000);
+  // Receive it again. Expect the same answer; memory still 1005 (executed once).
+  p.send(h);
+  out = p.run();
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].v.h.ext.atomic_orig == 1000);
+  std::memcpy(&v, p.mem->mem.data() + 64, 8);
+  CHECK(v == 1005);
+  CHECK(p.dut.eng->counter(Ctr::AtomicExecuted) == 1);
+  CHECK(p.dut.eng->counter(Ctr::AtomicReplayed) == 1);
+  // A CMP_SWP next, then its duplicate.
+  auto c = p.hdr(wire::op::RC_COMPARE_SWAP, kRqPsn + 1);
+  c.ext.atomic = {p.mem->addr() + 64, p.mem->key, 77, 1005};
+  p.send(c);
+  out = p.run();
+  p.send(c);
+  auto out2 = p.run();
+  REQUIRE(out.size() == 1);
+  REQUIRE(out2.size() == 1);
+  CHECK(out[0].v.h.ext.atomic_orig == 1005);
+  CHECK(out2[0].v.h.ext.atomic_orig == 1005);
+  std::memcpy(&v, p.mem->mem.data() + 64, 8);
+  CHECK(v == 77);
+}
+
+TEST_CASE("protocol: PSN out of window and NAK sequence error", "[protocol]") {
+  Proto p;
+  std::vector<uint8_t> data(100, 0x5A);
+  // Receive WRITE_ONLY at PSN 1000 + 2^22 (far ahead). Expect NAK PSN sequence error with PSN 1000.
+  auto w = p.hdr(wire::op::RC_WRITE_ONLY, wire::psn_add(kRqPsn, 1u << 22));
+  w.ext.reth = {p.mem->addr(), p.mem->key, 100};
+  p.send(w, data);
+  auto out = p.run();
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].v.h.bth.opcode == wire::op::RC_ACKNOWLEDGE);
+  CHECK(out[0].v.h.ext.aeth.syndrome == (wire::kAethNak | wire::kNakPsnSeqError));
+  CHECK(out[0].v.h.bth.psn == kRqPsn);
+  CHECK(p.mem->mem[0] != 0x5A);  // nothing placed
+  // Receive PSN 1001 (still ahead). Expect nothing: one NAK per sequence error.
+  w.bth.psn = kRqPsn + 1;
+  p.send(w, data);
+  CHECK(p.run().empty());
+  // Receive the expected PSN 1000. Expect ACK 1000 and the bytes placed.
+  w.bth.psn = kRqPsn;
+  p.send(w, data);
+  out = p.run();
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].v.h.ext.aeth.syndrome == (wire::kAethAck | wire::kAethCreditInvalid));
+  CHECK(out[0].v.h.bth.psn == kRqPsn);
+  CHECK(p.mem->mem[0] == 0x5A);
+  // Receive a request 2^22 behind (an old duplicate). Expect a re-ACK of 1000, nothing placed.
+  std::vector<uint8_t> other(100, 0x11);
+  w.bth.psn = wire::psn_add(kRqPsn, (1u << 24) - (1u << 22));
+  p.send(w, other);
+  out = p.run();
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].v.h.bth.psn == kRqPsn);
+  CHECK((out[0].v.h.ext.aeth.syndrome & wire::kAethKindMask) == wire::kAethAck);
+  CHECK(p.mem->mem[0] == 0x5A);
+}
+
+TEST_CASE("protocol: duplicate SEND is re-ACKed not placed twice", "[protocol]") {
+  Proto p;
+  auto& rb = p.dut.buffer(4096);
+  REQUIRE(p.dut.eng->post_recv(p.qpn, make_recv(1, rb, 0, 2048)) == 0);
+  REQUIRE(p.dut.eng->post_recv(p.qpn, make_recv(2, rb, 2048, 2048)) == 0);
+  std::vector<uint8_t> data(300, 0x42);
+  auto s = p.hdr(wire::op::RC_SEND_ONLY, kRqPsn);
+  p.send(s, data);
+  p.send(s, data);  // duplicate
+  auto out = p.run();
+  REQUIRE(out.size() >= 1);
+  for (auto& f : out) {
+    CHECK(f.v.h.bth.psn == kRqPsn);
+    CHECK(syn_kind(f) == wire::kAethAck);
+  }
+  auto wcs = p.dut.drain(p.dut.rcq);
+  REQUIRE(wcs.size() == 1);
+  CHECK(wcs[0].wr_id == 1);
+  CHECK(wcs[0].byte_len == 300);
+  CHECK(rb.mem[2048] == 0);  // the second receive is untouched
+  CHECK(p.dut.eng->counter(Ctr::DupRequest) == 1);
+}
+
+TEST_CASE("protocol: ACK coalescing follows AckReq", "[protocol]") {
+  Proto p;
+  std::vector<uint8_t> data(p.mtu, 1);
+  auto f = p.hdr(wire::op::RC_WRITE_FIRST, kRqPsn, false);
+  f.ext.reth = {p.mem->addr(), p.mem->key, 4 * p.mtu};
+  p.send(f, data);
+  p.send(p.hdr(wire::op::RC_WRITE_MIDDLE, kRqPsn + 1, false), data);
+  p.send(p.hdr(wire::op::RC_WRITE_MIDDLE, kRqPsn + 2, false), data);
+  p.send(p.hdr(wire::op::RC_WRITE_LAST, kRqPsn + 3, true), data);
+  auto out = p.run();
+  REQUIRE(out.size() == 1);  // one ACK for four packets
+  CHECK(out[0].v.h.bth.psn == kRqPsn + 3);
+}
+
+TEST_CASE("protocol: RNR NAK when no receive WQE", "[protocol]") {
+  QpOpts o;
+  o.min_rnr_timer = 14;  // 1.28 ms
+  Proto p(QpType::RC, o);
+  std::vector<uint8_t> data(64, 3);
+  auto s = p.hdr(wire::op::RC_SEND_ONLY, kRqPsn);
+  p.send(s, data);
+  auto out = p.run();
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].v.h.ext.aeth.syndrome == (wire::kAethRnrNak | 14));
+  CHECK(out[0].v.h.bth.psn == kRqPsn);
+  CHECK(p.q().resp.psn == kRqPsn);  // not consumed
+  // Post a receive; resend. Expect ACK and the completion.
+  auto& rb = p.dut.buffer(128);
+  REQUIRE(p.dut.eng->post_recv(p.qpn, make_recv(9, rb, 0, 128)) == 0);
+  p.send(s, data);
+  out = p.run();
+  REQUIRE(out.size() == 1);
+  CHECK(syn_kind(out[0]) == wire::kAethAck);
+  auto wcs = p.dut.drain(p.dut.rcq);
+  REQUIRE(wcs.size() == 1);
+  CHECK(wcs[0].byte_len == 64);
+}
+
+TEST_CASE("protocol: bad rkey gives NAK remote access error and QP error", "[protocol]") {
+  struct Case {
+    const char* what;
+    int kind;
+  };
+  for (const Case c : {Case{"wrong key", 0}, Case{"out of bounds", 1}, Case{"no remote write right", 2},
+                       Case{"length overflow", 3}, Case{"READ wrong key", 4}}) {
+    INFO(c.what);
+    Proto p;
+    auto& ro = p.dut.buffer(4096, kAccessLocalWrite | kAccessRemoteRead);
+    std::vector<uint8_t> data(64, 9);
+    auto w = p.hdr(c.kind == 4 ? wire::op::RC_READ_REQUEST : wire::op::RC_WRITE_ONLY, kRqPsn);
+    w.ext.reth = {p.mem->addr(), p.mem->key, 64};
+    if (c.kind == 0 || c.kind == 4) w.ext.reth.rkey = p.mem->key ^ 0x100;
+    if (c.kind == 1) w.ext.reth.va = p.mem->addr() + p.mem->mem.size() - 32;
+    if (c.kind == 2) w.ext.reth = {ro.addr(), ro.key, 64};
+    if (c.kind == 3) w.ext.reth.va = ~uint64_t{0} - 16;
+    p.send(w, c.kind == 4 ? std::span<const uint8_t>{} : std::span<const uint8_t>(data));
+    auto out = p.run();
+    REQUIRE(out.size() == 1);
+    CHECK(out[0].v.h.ext.aeth.syndrome == (wire::kAethNak | wire::kNakRemoteAccessError));
+    CHECK(out[0].v.h.bth.psn == kRqPsn);
+    CHECK(p.q().state == QpState::Err);
+  }
+}
+
+TEST_CASE("protocol: unaligned atomic gives NAK invalid request", "[protocol]") {
+  Proto p;
+  auto a = p.hdr(wire::op::RC_COMPARE_SWAP, kRqPsn);
+  a.ext.atomic = {p.mem->addr() + 4, p.mem->key, 1, 2};
+  p.send(a);
+  auto out = p.run();
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].v.h.ext.aeth.syndrome == (wire::kAethNak | wire::kNakInvalidRequest));
+  CHECK(p.q().state == QpState::Err);
+  CHECK(p.dut.eng->counter(Ctr::AtomicExecuted) == 0);
+}
+
+TEST_CASE("protocol: SEND too long for the posted receive", "[protocol]") {
+  Proto p;
+  auto& rb = p.dut.buffer(4096);
+  REQUIRE(p.dut.eng->post_recv(p.qpn, make_recv(5, rb, 0, 100)) == 0);
+  REQUIRE(p.dut.eng->post_recv(p.qpn, make_recv(6, rb, 100, 100)) == 0);
+  std::vector<uint8_t> data(101, 1);
+  p.send(p.hdr(wire::op::RC_SEND_ONLY, kRqPsn), data);
+  auto out = p.run();
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].v.h.ext.aeth.syndrome == (wire::kAethNak | wire::kNakInvalidRequest));
+  auto wcs = p.dut.drain(p.dut.rcq);
+  REQUIRE(wcs.size() == 2);
+  CHECK(wcs[0].wr_id == 5);
+  CHECK(wcs[0].status == WcStatus::LocLenErr);
+  CHECK(wcs[1].wr_id == 6);
+  CHECK(wcs[1].status == WcStatus::WrFlushErr);
+  CHECK(p.q().state == QpState::Err);
+}
+
+TEST_CASE("protocol: opcode sequence error gives NAK invalid request", "[protocol]") {
+  Proto p;
+  std::vector<uint8_t> data(p.mtu, 1);
+  p.send(p.hdr(wire::op::RC_WRITE_MIDDLE, kRqPsn), data);  // MIDDLE without FIRST
+  auto out = p.run();
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].v.h.ext.aeth.syndrome == (wire::kAethNak | wire::kNakInvalidRequest));
+}
+
+TEST_CASE("protocol: requester completes REM_ACCESS_ERR on NAK and flushes", "[protocol]") {
+  Proto p;
+  SendWr w1 = make_wr(1, WrOpcode::RdmaWrite, *p.mem, 0, 100);
+  w1.rdma = {0x1000, 0x4242};
+  SendWr w2 = make_wr(2, WrOpcode::Send, *p.mem, 0, 10);
+  REQUIRE(p.dut.eng->post_send(p.qpn, w1) == 0);
+  REQUIRE(p.dut.eng->post_send(p.qpn, w2) == 0);
+  auto out = p.run();
+  REQUIRE(out.size() == 2);
+  CHECK(out[0].v.h.bth.opcode == wire::op::RC_WRITE_ONLY);
+  CHECK(out[0].v.h.bth.psn == kSqPsn);
+  CHECK(out[0].v.h.bth.dqpn == kPeerQpn);
+  CHECK(out[1].v.h.bth.psn == kSqPsn + 1);
+  // Receive NAK remote access error for PSN 500. Expect REM_ACCESS_ERR, then WR_FLUSH_ERR.
+  auto nak = p.hdr(wire::op::RC_ACKNOWLEDGE, kSqPsn, false);
+  nak.ext.aeth = {wire::kAethNak | wire::kNakRemoteAccessError, 0};
+  p.send(nak);
+  p.run();
+  auto wcs = p.dut.drain(p.dut.scq);
+  REQUIRE(wcs.size() == 2);
+  CHECK(wcs[0].wr_id == 1);
+  CHECK(wcs[0].status == WcStatus::RemAccessErr);
+  CHECK(wcs[1].wr_id == 2);
+  CHECK(wcs[1].status == WcStatus::WrFlushErr);
+  CHECK(p.q().state == QpState::Err);
+}
+
+TEST_CASE("protocol: local ACK timeout retry_cnt and RETRY_EXC_ERR", "[protocol]") {
+  QpOpts o;
+  o.timeout = 4;  // 4.096 us * 16 = 65.536 us
+  o.retry_cnt = 2;
+  Proto p(QpType::RC, o);
+  REQUIRE(p.dut.eng->post_send(p.qpn, make_wr(1, WrOpcode::Send, *p.mem, 0, 10)) == 0);
+  std::vector<uint64_t> times;
+  for (int i = 0; i < 60; ++i) {
+    auto out = p.run(5000);
+    for (auto& f : out) {
+      CHECK(f.v.h.bth.psn == kSqPsn);
+      times.push_back(p.clock.now_ns());
+    }
+  }
+  REQUIRE(times.size() == 3);  // first send + retry_cnt retransmissions
+  const uint64_t to = 65536;
+  for (size_t i = 1; i < times.size(); ++i) {
+    CHECK(times[i] - times[i - 1] + 5000 >= to);  // observed at 5 us granularity
+    CHECK(times[i] - times[i - 1] <= to + 10000);
+  }
+  auto wcs = p.dut.drain(p.dut.scq);
+  REQUIRE(wcs.size() == 1);
+  CHECK(wcs[0].status == WcStatus::RetryExcErr);
+}
+
+TEST_CASE("protocol: RNR NAK retry with rnr_retry 1 then RNR_RETRY_EXC_ERR", "[protocol]") {
+  QpOpts o;
+  o.rnr_retry = 1;
+  Proto p(QpType::RC, o);
+  REQUIRE(p.dut.eng->post_send(p.qpn, make_wr(1, WrOpcode::Send, *p.mem, 0, 10)) == 0);
+  auto out = p.run(1000);
+  REQUIRE(out.size() == 1);
+  auto rnr = p.hdr(wire::op::RC_ACKNOWLEDGE, kSqPsn, false);
+  rnr.ext.aeth = {static_cast<uint8_t>(wire::kAethRnrNak | 3), 0};  // timer code 3 = 30 us
+  p.send(rnr);
+  out = p.run(20000);
+  CHECK(out.empty());  // waits the RNR timer
+  out = p.run(20000);
+  REQUIRE(out.size() == 1);  // then resends
+  CHECK(out[0].v.h.bth.psn == kSqPsn);
+  p.send(rnr);
+  p.run(5000);
+  auto wcs = p.dut.drain(p.dut.scq);
+  REQUIRE(wcs.size() == 1);
+  CHECK(wcs[0].status == WcStatus::RnrRetryExcErr);
+}
+
+TEST_CASE("protocol: ECN CE mark makes a CNP rate-limited per QP", "[protocol][ecn]") {
+  Proto p;
+  std::vector<uint8_t> data(64, 1);
+  auto w = p.hdr(wire::op::RC_WRITE_ONLY, kRqPsn);
+  w.ext.reth = {p.mem->addr(), p.mem->key, 64};
+  w.l3.tos = wire::kEcnCe;
+  p.send(w, data);
+  auto out = p.run(1000);
+  REQUIRE(out.size() == 2);
+  const Frame* cnp = nullptr;
+  for (auto& f : out)
+    if (f.v.h.bth.opcode == wire::op::CNP) cnp = &f;
+  REQUIRE(cnp);
+  CHECK(cnp->v.h.bth.dqpn == kPeerQpn);
+  CHECK(cnp->v.h.bth.becn());
+  // A second CE packet within the interval: no second CNP.
+  w.bth.psn = kRqPsn + 1;
+  p.send(w, data);
+  out = p.run(1000);
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].v.h.bth.opcode == wire::op::RC_ACKNOWLEDGE);
+  CHECK(p.dut.eng->counter(Ctr::CnpSent) == 1);
+  CHECK(p.dut.eng->counter(Ctr::CnpSuppressed) == 1);
+  CHECK(p.dut.eng->counter(Ctr::CeReceived) == 2);
+  // After the interval, another.
+  p.run(60000);
+  w.bth.psn = kRqPsn + 2;
+  p.send(w, data);
+  out = p.run(1000);
+  CHECK(out.size() == 2);
+  CHECK(p.dut.eng->counter(Ctr::CnpSent) == 2);
+  // The sender side counts CNPs it receives.
+  auto c = p.hdr(wire::op::CNP, 0, false);
+  c.bth.resv8a = wire::kBthBecn;
+  p.send(c);
+  p.run(1000);
+  CHECK(p.dut.eng->counter(Ctr::CnpReceived) == 1);
+  CHECK(p.q().ctr.cnp_received == 1);
+}
+
+TEST_CASE("protocol: UC drops a message with a PSN gap and resyncs", "[protocol][uc]") {
+  Proto p(QpType::UC);
+  auto& rb = p.dut.buffer(8192);
+  REQUIRE(p.dut.eng->post_recv(p.qpn, make_recv(1, rb, 0, 4096)) == 0);
+  std::vector<uint8_t> a(p.mtu, 0xAA), b(10, 0xBB);
+  p.send(p.hdr(wire::op::UC_BASE + 0x00, kRqPsn, false), a);      // SEND_FIRST
+  p.send(p.hdr(wire::op::UC_BASE + 0x02, kRqPsn + 2, false), a);  // SEND_LAST after a gap: dropped
+  p.send(p.hdr(wire::op::UC_BASE + 0x02, kRqPsn + 3, false), a);  // still no FIRST: dropped
+  p.send(p.hdr(wire::op::UC_BASE + 0x04, kRqPsn + 9, false), b);  // SEND_ONLY: resync
+  auto out = p.run();
+  CHECK(out.empty());  // UC never answers
+  auto wcs = p.dut.drain(p.dut.rcq);
+  REQUIRE(wcs.size() == 1);
+  CHECK(wcs[0].wr_id == 1);
+  CHECK(wcs[0].byte_len == 10);
+  CHECK(rb.mem[0] == 0xBB);
+  CHECK(p.dut.eng->counter(Ctr::UcMsgDropped) >= 1);
+  CHECK(p.q().resp.psn == kRqPsn + 10);
+}
+
+TEST_CASE("protocol: UD drops a bad Q_Key and places the GRH", "[protocol][ud]") {
+  Proto p(QpType::UD);
+  auto& rb = p.dut.buffer(4096);
+  REQUIRE(p.dut.eng->post_recv(p.qpn, make_recv(1, rb, 0, 4096)) == 0);
+  std::vector<uint8_t> data(20, 0x31);
+  auto u = p.hdr(wire::op::UD_SEND_ONLY, 7, false);
+  u.ext.deth = {0x1234, 0, 0x99};  // wrong Q_Key
+  p.send(u, data);
+  p.run();
+  CHECK(p.dut.drain(p.dut.rcq).empty());
+  CHECK(p.dut.eng->counter(Ctr::UdQkeyDrop) == 1);
+  u.ext.deth.qkey = QpOpts{}.qkey;
+  p.send(u, data);
+  p.run();
+  auto wcs = p.dut.drain(p.dut.rcq);
+  REQUIRE(wcs.size() == 1);
+  CHECK(wcs[0].src_qp == 0x99);
+  CHECK(wcs[0].byte_len == 60);
+  CHECK((wcs[0].wc_flags & kWcGrh));
+  CHECK(rb.mem[20] == 0x45);
+  CHECK(rb.mem[40] == 0x31);
+}
+
+TEST_CASE("protocol: corrupted and unknown-QP frames are counted and dropped", "[protocol]") {
+  Proto p;
+  std::vector<uint8_t> data(64, 0x77);
+  auto w = p.hdr(wire::op::RC_WRITE_ONLY, kRqPsn);
+  w.ext.reth = {p.mem->addr(), p.mem->key, 64};
+  memlink::Faults f;
+  f.corrupt = 1.0;
+  p.peer.set_faults(f);
+  p.send(w, data);
+  CHECK(p.run().empty());
+  CHECK(p.dut.eng->counter(Ctr::RxIcrcErr) == 1);
+  CHECK(p.mem->mem[0] != 0x77);
+  p.peer.set_faults({});
+  w.bth.dqpn = 999;
+  p.send(w, data);
+  CHECK(p.run().empty());
+  CHECK(p.dut.eng->counter(Ctr::RxNoQp) == 1);
+}

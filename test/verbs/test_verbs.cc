@@ -1,0 +1,241 @@
+// lib/verbs: enum values equal <infiniband/verbs.h>, the MR table, CQ ring,
+// QP state machine (modify_qp attribute checks), post_send/post_recv checks.
+#include <infiniband/verbs.h>
+
+#include <catch2/catch.hpp>
+#include <cerrno>
+#include <vector>
+
+#include "verbs/mr.h"
+#include "verbs/queues.h"
+
+using namespace droce::verbs;
+
+// The shim passes these through unchanged.
+static_assert(int(WcStatus::Success) == IBV_WC_SUCCESS && int(WcStatus::LocLenErr) == IBV_WC_LOC_LEN_ERR &&
+              int(WcStatus::LocProtErr) == IBV_WC_LOC_PROT_ERR && int(WcStatus::WrFlushErr) == IBV_WC_WR_FLUSH_ERR &&
+              int(WcStatus::RemInvReqErr) == IBV_WC_REM_INV_REQ_ERR &&
+              int(WcStatus::RemAccessErr) == IBV_WC_REM_ACCESS_ERR && int(WcStatus::RemOpErr) == IBV_WC_REM_OP_ERR &&
+              int(WcStatus::RetryExcErr) == IBV_WC_RETRY_EXC_ERR &&
+              int(WcStatus::RnrRetryExcErr) == IBV_WC_RNR_RETRY_EXC_ERR && int(WcStatus::GeneralErr) == IBV_WC_GENERAL_ERR);
+static_assert(int(WcOpcode::Send) == IBV_WC_SEND && int(WcOpcode::RdmaWrite) == IBV_WC_RDMA_WRITE &&
+              int(WcOpcode::RdmaRead) == IBV_WC_RDMA_READ && int(WcOpcode::CompSwap) == IBV_WC_COMP_SWAP &&
+              int(WcOpcode::FetchAdd) == IBV_WC_FETCH_ADD && int(WcOpcode::Recv) == IBV_WC_RECV &&
+              int(WcOpcode::RecvRdmaWithImm) == IBV_WC_RECV_RDMA_WITH_IMM);
+static_assert(int(kWcGrh) == int(IBV_WC_GRH) && int(kWcWithImm) == int(IBV_WC_WITH_IMM) && int(kWcWithInv) == int(IBV_WC_WITH_INV));
+static_assert(int(kAccessLocalWrite) == int(IBV_ACCESS_LOCAL_WRITE) && int(kAccessRemoteWrite) == int(IBV_ACCESS_REMOTE_WRITE) &&
+              int(kAccessRemoteRead) == int(IBV_ACCESS_REMOTE_READ) && int(kAccessRemoteAtomic) == int(IBV_ACCESS_REMOTE_ATOMIC));
+static_assert(int(kSendFence) == int(IBV_SEND_FENCE) && int(kSendSignaled) == int(IBV_SEND_SIGNALED) &&
+              int(kSendSolicited) == int(IBV_SEND_SOLICITED) && int(kSendInline) == int(IBV_SEND_INLINE));
+static_assert(int(QpState::Reset) == IBV_QPS_RESET && int(QpState::Init) == IBV_QPS_INIT &&
+              int(QpState::Rtr) == IBV_QPS_RTR && int(QpState::Rts) == IBV_QPS_RTS && int(QpState::Sqd) == IBV_QPS_SQD &&
+              int(QpState::Sqe) == IBV_QPS_SQE && int(QpState::Err) == IBV_QPS_ERR);
+static_assert(int(Mtu::M256) == IBV_MTU_256 && int(Mtu::M4096) == IBV_MTU_4096);
+static_assert(int(kQpState) == int(IBV_QP_STATE) && int(kQpAccessFlags) == int(IBV_QP_ACCESS_FLAGS) && int(kQpQkey) == int(IBV_QP_QKEY) &&
+              int(kQpAv) == int(IBV_QP_AV) && int(kQpPathMtu) == int(IBV_QP_PATH_MTU) && int(kQpTimeout) == int(IBV_QP_TIMEOUT) &&
+              int(kQpRetryCnt) == int(IBV_QP_RETRY_CNT) && int(kQpRnrRetry) == int(IBV_QP_RNR_RETRY) && int(kQpRqPsn) == int(IBV_QP_RQ_PSN) &&
+              int(kQpMaxQpRdAtomic) == int(IBV_QP_MAX_QP_RD_ATOMIC) && int(kQpMinRnrTimer) == int(IBV_QP_MIN_RNR_TIMER) &&
+              int(kQpSqPsn) == int(IBV_QP_SQ_PSN) && int(kQpMaxDestRdAtomic) == int(IBV_QP_MAX_DEST_RD_ATOMIC) &&
+              int(kQpDestQpn) == int(IBV_QP_DEST_QPN) && int(kQpCap) == int(IBV_QP_CAP));
+static_assert(int(WrOpcode::RdmaWrite) == IBV_WR_RDMA_WRITE && int(WrOpcode::RdmaWriteImm) == IBV_WR_RDMA_WRITE_WITH_IMM &&
+              int(WrOpcode::Send) == IBV_WR_SEND && int(WrOpcode::SendImm) == IBV_WR_SEND_WITH_IMM &&
+              int(WrOpcode::RdmaRead) == IBV_WR_RDMA_READ && int(WrOpcode::AtomicCmpSwp) == IBV_WR_ATOMIC_CMP_AND_SWP &&
+              int(WrOpcode::AtomicFetchAdd) == IBV_WR_ATOMIC_FETCH_AND_ADD && int(WrOpcode::SendInv) == IBV_WR_SEND_WITH_INV);
+static_assert(int(QpType::RC) == IBV_QPT_RC && int(QpType::UC) == IBV_QPT_UC && int(QpType::UD) == IBV_QPT_UD);
+
+namespace {
+struct Table {
+  explicit Table(uint32_t n) : mem(MrTable::bytes_for(n) / 64 + 1), t(mem.data(), MrTable::bytes_for(n)) {}
+  struct alignas(64) Line {
+    uint8_t b[64];
+  };
+  std::vector<Line> mem;
+  MrTable t;
+};
+}  // namespace
+
+TEST_CASE("MR table: keys, tags, PD, bounds, access", "[verbs][mr]") {
+  Table tb(8);
+  MrTable& t = tb.t;
+  std::vector<uint8_t> buf(4096);
+  const Pd pd{1}, other{2};
+  uint32_t key = 0;
+  REQUIRE(t.reg(pd, buf.data(), buf.size(), kAccessLocalWrite | kAccessRemoteWrite, &key) == 0);
+  CHECK((key >> 8) != 0);
+  const uint64_t va = reinterpret_cast<uint64_t>(buf.data());
+  MrError e = MrError::Ok;
+  CHECK(t.lookup(key, 1, va, 4096, kAccessRemoteWrite, &e) == buf.data());
+  CHECK(t.lookup(key, 1, va + 100, 10, 0, &e) == buf.data() + 100);
+  CHECK(t.lookup(key, 2, va, 1, 0, &e) == nullptr);
+  CHECK(e == MrError::BadPd);
+  CHECK(t.lookup(key, 1, va + 4000, 97, 0, &e) == nullptr);
+  CHECK(e == MrError::OutOfBounds);
+  CHECK(t.lookup(key, 1, va - 1, 1, 0, &e) == nullptr);
+  CHECK(t.lookup(key, 1, va + 1, ~uint64_t{0}, 0, &e) == nullptr);  // length overflow
+  CHECK(e == MrError::OutOfBounds);
+  CHECK(t.lookup(key, 1, va, 8, kAccessRemoteRead, &e) == nullptr);
+  CHECK(e == MrError::NoAccess);
+  CHECK(t.lookup(key ^ 1, 1, va, 8, 0, &e) == nullptr);
+  CHECK(e == MrError::BadKey);
+  CHECK(t.lookup(0xFFFFFF00, 1, va, 8, 0, &e) == nullptr);
+  // Reuse bumps the tag: the old key stays dead.
+  REQUIRE(t.dereg(key) == 0);
+  CHECK(t.dereg(key) == EINVAL);
+  uint32_t key2 = 0;
+  REQUIRE(t.reg(pd, buf.data(), buf.size(), kAccessLocalWrite, &key2) == 0);
+  CHECK((key2 >> 8) == (key >> 8));
+  CHECK(key2 != key);
+  CHECK(t.lookup(key, 1, va, 8, 0, &e) == nullptr);
+  // Invalidation.
+  CHECK(t.invalidate(key2, other.handle) == false);
+  CHECK(t.invalidate(key2, pd.handle));
+  CHECK(t.lookup(key2, 1, va, 8, 0, &e) == nullptr);
+  CHECK(e == MrError::Invalidated);
+  // Bad arguments, capacity.
+  CHECK(t.reg(Pd{0}, buf.data(), 1, 0, &key) == EINVAL);
+  CHECK(t.reg(pd, buf.data(), 1, kAccessRemoteWrite, &key) == EINVAL);  // needs LOCAL_WRITE
+  CHECK(t.reg(pd, buf.data(), 1, 0x100, &key) == EINVAL);
+  int ok = 0;
+  while (t.reg(pd, buf.data(), 1, 0, &key) == 0) ++ok;
+  CHECK(ok == 8 - 2);  // index 0 is reserved, one slot in use
+  CHECK(t.reg(pd, buf.data(), 1, 0, &key) == ENOMEM);
+}
+
+TEST_CASE("CQ ring: order, capacity, overrun", "[verbs][cq]") {
+  Cq cq(4);
+  for (uint64_t i = 0; i < 4; ++i) {
+    Wc wc;
+    wc.wr_id = i;
+    CHECK(cq.push(wc));
+  }
+  CHECK_FALSE(cq.push(Wc{}));
+  CHECK(cq.overruns() == 1);
+  Wc out[8];
+  REQUIRE(cq.poll(out, 8) == 4);
+  for (int i = 0; i < 4; ++i) CHECK(out[i].wr_id == uint64_t(i));
+  CHECK(cq.poll(out, 8) == 0);
+}
+
+TEST_CASE("QP state machine: modify_qp checks per transition and type", "[verbs][qp]") {
+  Cq cq(16);
+  QpInitAttr init;
+  init.pd = 1;
+  init.send_cq = init.recv_cq = &cq;
+  QpBase qp(5, init);
+  QpAttr a;
+  // RESET -> RTR is not a transition.
+  a.qp_state = QpState::Rtr;
+  CHECK(qp.check_modify(a, kQpState) == EINVAL);
+  // RESET -> INIT needs PKEY_INDEX, PORT, ACCESS_FLAGS for RC.
+  a.qp_state = QpState::Init;
+  CHECK(qp.check_modify(a, kQpState | kQpPkeyIndex | kQpPort) == EINVAL);
+  CHECK(qp.check_modify(a, kQpState | kQpPkeyIndex | kQpPort | kQpAccessFlags | kQpQkey) == EINVAL);  // QKEY not for RC
+  REQUIRE(qp.check_modify(a, kQpState | kQpPkeyIndex | kQpPort | kQpAccessFlags) == 0);
+  qp.apply_attrs(a, kQpState | kQpPkeyIndex | kQpPort | kQpAccessFlags);
+  CHECK(qp.state == QpState::Init);
+  // INIT -> RTR needs AV, PATH_MTU, DEST_QPN, RQ_PSN, MAX_DEST_RD_ATOMIC, MIN_RNR_TIMER.
+  a.qp_state = QpState::Rtr;
+  const uint32_t rtr = kQpState | kQpAv | kQpPathMtu | kQpDestQpn | kQpRqPsn | kQpMaxDestRdAtomic | kQpMinRnrTimer;
+  CHECK(qp.check_modify(a, rtr & ~kQpMinRnrTimer) == EINVAL);
+  a.path_mtu = static_cast<Mtu>(6);
+  CHECK(qp.check_modify(a, rtr) == EINVAL);  // MTU out of range
+  a.path_mtu = Mtu::M256;
+  a.max_dest_rd_atomic = 17;
+  CHECK(qp.check_modify(a, rtr) == EINVAL);
+  a.max_dest_rd_atomic = 4;
+  a.dest_qp_num = 1u << 24;
+  CHECK(qp.check_modify(a, rtr) == EINVAL);
+  a.dest_qp_num = 9;
+  CHECK(qp.check_modify(a, rtr | kQpSqPsn) == EINVAL);  // SQ_PSN not allowed here
+  REQUIRE(qp.check_modify(a, rtr) == 0);
+  qp.apply_attrs(a, rtr);
+  CHECK(qp.mtu == 256);
+  // post_send is refused before RTS.
+  SendWr wr;
+  wr.opcode = WrOpcode::Send;
+  CHECK(qp.post_send(wr) == EINVAL);
+  // RTR -> RTS needs SQ_PSN, TIMEOUT, RETRY_CNT, RNR_RETRY, MAX_QP_RD_ATOMIC.
+  a.qp_state = QpState::Rts;
+  const uint32_t rts = kQpState | kQpSqPsn | kQpTimeout | kQpRetryCnt | kQpRnrRetry | kQpMaxQpRdAtomic;
+  a.retry_cnt = 8;
+  CHECK(qp.check_modify(a, rts) == EINVAL);
+  a.retry_cnt = 7;
+  a.timeout = 32;
+  CHECK(qp.check_modify(a, rts) == EINVAL);
+  a.timeout = 14;
+  a.cur_qp_state = QpState::Init;
+  CHECK(qp.check_modify(a, rts | kQpCurState) == EINVAL);  // wrong current state
+  a.cur_qp_state = QpState::Rtr;
+  REQUIRE(qp.check_modify(a, rts | kQpCurState) == 0);
+  qp.apply_attrs(a, rts);
+  CHECK(qp.state == QpState::Rts);
+  // RC never goes to SQE; RTS -> SQD -> RTS is fine; anything -> ERR / RESET is fine.
+  a.qp_state = QpState::Sqe;
+  CHECK(qp.check_modify(a, kQpState) == EINVAL);
+  a.qp_state = QpState::Sqd;
+  CHECK(qp.check_modify(a, kQpState) == 0);
+  a.qp_state = QpState::Err;
+  CHECK(qp.check_modify(a, kQpState) == 0);
+  a.qp_state = QpState::Reset;
+  CHECK(qp.check_modify(a, kQpState) == 0);
+  // post_send limits.
+  wr.num_sge = 5;
+  CHECK(qp.post_send(wr) == EINVAL);
+  wr.num_sge = 0;
+  wr.opcode = WrOpcode::AtomicFetchAdd;
+  CHECK(qp.post_send(wr) == EINVAL);  // atomics need exactly 8 bytes
+  wr.opcode = WrOpcode::LocalInv;
+  CHECK(qp.post_send(wr) == EINVAL);
+  wr.opcode = WrOpcode::Send;
+  for (int i = 0; i < 64; ++i) REQUIRE(qp.post_send(wr) == 0);
+  CHECK(qp.post_send(wr) == ENOMEM);
+}
+
+TEST_CASE("QP state machine: UD and UC attribute sets", "[verbs][qp]") {
+  Cq cq(16);
+  QpInitAttr init;
+  init.pd = 1;
+  init.send_cq = init.recv_cq = &cq;
+  init.qp_type = QpType::UD;
+  QpBase ud(6, init);
+  QpAttr a;
+  a.qp_state = QpState::Init;
+  CHECK(ud.check_modify(a, kQpState | kQpPkeyIndex | kQpPort | kQpAccessFlags) == EINVAL);
+  REQUIRE(ud.check_modify(a, kQpState | kQpPkeyIndex | kQpPort | kQpQkey) == 0);
+  ud.apply_attrs(a, kQpState | kQpPkeyIndex | kQpPort | kQpQkey);
+  a.qp_state = QpState::Rtr;
+  CHECK(ud.check_modify(a, kQpState | kQpAv) == EINVAL);
+  REQUIRE(ud.check_modify(a, kQpState) == 0);
+  ud.apply_attrs(a, kQpState);
+  a.qp_state = QpState::Rts;
+  CHECK(ud.check_modify(a, kQpState) == EINVAL);  // SQ_PSN required
+  REQUIRE(ud.check_modify(a, kQpState | kQpSqPsn) == 0);
+  ud.apply_attrs(a, kQpState | kQpSqPsn);
+  // UD cannot do RDMA.
+  SendWr wr;
+  wr.opcode = WrOpcode::RdmaWrite;
+  CHECK(ud.post_send(wr) == EINVAL);
+  wr.opcode = WrOpcode::Send;
+  CHECK(ud.post_send(wr) == EINVAL);  // needs an address handle
+  Ah ah;
+  wr.ud.ah = &ah;
+  CHECK(ud.post_send(wr) == 0);
+
+  init.qp_type = QpType::UC;
+  QpBase uc(7, init);
+  a.qp_state = QpState::Init;
+  uc.apply_attrs(a, kQpState);
+  a.qp_state = QpState::Rtr;
+  CHECK(uc.check_modify(a, kQpState | kQpAv | kQpPathMtu | kQpDestQpn | kQpRqPsn | kQpMaxDestRdAtomic) == EINVAL);
+  CHECK(uc.check_modify(a, kQpState | kQpAv | kQpPathMtu | kQpDestQpn | kQpRqPsn) == 0);
+}
+
+TEST_CASE("RNR timer and ACK timeout encodings", "[verbs]") {
+  CHECK(rnr_timer_ns(0) == 655'360'000);
+  CHECK(rnr_timer_ns(1) == 10'000);
+  CHECK(rnr_timer_ns(14) == 1'280'000);
+  CHECK(rnr_timer_ns(31) == 491'520'000);
+  CHECK(ack_timeout_ns(0) == 0);
+  CHECK(ack_timeout_ns(1) == 8192);
+  CHECK(ack_timeout_ns(14) == 4096ull << 14);
+}
