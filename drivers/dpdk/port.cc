@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <new>
 
 #include "io/packet_io.h"
 
@@ -38,6 +39,16 @@ rte_mempool* make_pool(const std::string& name, uint32_t n, uint32_t cache, uint
     throw PortError("mbuf pool '" + name + "' (" + std::to_string(n) + " x " + std::to_string(data_room) +
                     " B on socket " + std::to_string(socket) + "): " + rte_strerror(rte_errno) +
                     " (are hugepages reserved? scripts/setup.sh)");
+  // Each mbuf's io::PktBuf knows its mbuf for good: DPDK never touches the
+  // private area after rte_pktmbuf_init, so the data path need not write it.
+  rte_mempool_obj_iter(
+      mp,
+      [](rte_mempool*, void*, void* obj, unsigned) {
+        auto* m = static_cast<rte_mbuf*>(obj);
+        auto* b = new (rte_mbuf_to_priv(m)) io::PktBuf{};
+        b->backend = m;
+      },
+      nullptr);
   return mp;
 }
 

@@ -11,6 +11,7 @@ namespace droce::dpdk {
 __extension__ typedef unsigned __int128 u128;
 
 io::PktBuf* DpdkQueueIo::pktbuf_of(rte_mbuf* m) noexcept { return static_cast<io::PktBuf*>(rte_mbuf_to_priv(m)); }
+static_assert(sizeof(rte_mbuf) == DpdkQueueIo::kMbufHeaderSize);
 
 DpdkQueueIo::DpdkQueueIo(const Port& port, uint16_t queue)
     : port_(port.id()), queue_(queue), pool_(port.pool()), mac_(port.mac()) {
@@ -36,7 +37,6 @@ uint16_t DpdkQueueIo::rx_burst(io::PktBuf** bufs, uint16_t n) noexcept {
     b->data = rte_pktmbuf_mtod(mb, uint8_t*);
     b->len = mb->pkt_len;
     b->cap = static_cast<uint32_t>(mb->buf_len - mb->data_off);
-    b->backend = mb;
     b->port = port_;
     b->queue = queue_;
     bytes += mb->pkt_len;
@@ -61,7 +61,6 @@ uint16_t DpdkQueueIo::alloc_burst(io::PktBuf** bufs, uint16_t n) noexcept {
     b->data = rte_pktmbuf_mtod(m[i], uint8_t*);
     b->len = 0;
     b->cap = capacity_;
-    b->backend = m[i];
     b->port = port_;
     b->queue = queue_;
     bufs[i] = b;
@@ -75,17 +74,22 @@ uint16_t DpdkQueueIo::tx_burst(io::PktBuf** bufs, uint16_t n) noexcept {
   uint64_t bytes = 0;
   while (done < n) {
     const uint16_t chunk = std::min<uint16_t>(static_cast<uint16_t>(n - done), kMaxBurst);
+    uint64_t chunk_bytes = 0;
     for (uint16_t i = 0; i < chunk; ++i) {
-      io::PktBuf* b = bufs[done + i];
+      const io::PktBuf* b = bufs[done + i];
       rte_mbuf* mb = mbuf_of(b);
       // The engine may have moved the frame start inside the buffer.
       mb->data_off = static_cast<uint16_t>(b->data - static_cast<uint8_t*>(mb->buf_addr));
       mb->data_len = static_cast<uint16_t>(b->len);
       mb->pkt_len = b->len;
+      chunk_bytes += b->len;
       m[i] = mb;
     }
     const uint16_t sent = rte_eth_tx_burst(port_, queue_, m, chunk);
-    for (uint16_t i = 0; i < sent; ++i) bytes += m[i]->pkt_len;
+    if (sent < chunk) [[unlikely]] {
+      for (uint16_t i = sent; i < chunk; ++i) chunk_bytes -= bufs[done + i]->len;
+    }
+    bytes += chunk_bytes;
     done = static_cast<uint16_t>(done + sent);
     if (sent < chunk) break;
   }

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 
 #include "dpdk/port.h"
@@ -37,6 +38,7 @@ struct alignas(64) QueueCounters {
 
 class DpdkQueueIo final : public io::PacketIo {
  public:
+  static constexpr size_t kMbufHeaderSize = 128;  // sizeof(rte_mbuf), asserted in queue_io.cc
   static constexpr uint16_t kMaxBurst = 64;  // frames moved per ethdev call
 
   // The port must outlive this object; queue < min(rx_queues, tx_queues).
@@ -54,7 +56,12 @@ class DpdkQueueIo final : public io::PacketIo {
   const QueueCounters& counters() const noexcept { return ctr_; }
 
   // The mbuf behind a PktBuf of this backend and back (for zero-copy users).
-  static rte_mbuf* mbuf_of(const io::PktBuf* b) noexcept { return static_cast<rte_mbuf*>(b->backend); }
+  // The PktBuf sits right after its rte_mbuf (the private area), so this is
+  // address arithmetic; PktBuf::backend holds the same pointer (set once
+  // when the pool is made, see make_pool).
+  static rte_mbuf* mbuf_of(const io::PktBuf* b) noexcept {
+    return reinterpret_cast<rte_mbuf*>(reinterpret_cast<uintptr_t>(b) - kMbufHeaderSize);
+  }
   static io::PktBuf* pktbuf_of(rte_mbuf* m) noexcept;
 
  private:

@@ -96,6 +96,8 @@ TEST_CASE("frames cross a ring pair intact, in order, and every buffer comes bac
       if (!check_frame(rx[i], recvd, len_for(recvd))) ++bad;
       CHECK(rx[i]->port == p.b.id());
       CHECK(rx[i]->queue == 0);
+      CHECK(rx[i]->backend == DpdkQueueIo::mbuf_of(rx[i]));
+      CHECK(DpdkQueueIo::pktbuf_of(DpdkQueueIo::mbuf_of(rx[i])) == rx[i]);
       ++recvd;
     }
     qb.free_burst(rx, got);
