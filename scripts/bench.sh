@@ -8,3 +8,4 @@ source "$here/setup.sh"
 droce_install_packages
 droce_build build --buildtype=release >/dev/null
 "$DROCE_ROOT/build/test/bench/bench_wire" "${1:-0.5}"
+"$DROCE_ROOT/build/test/bench/bench_ops" "${1:-0.5}"
