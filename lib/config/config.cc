@@ -490,7 +490,46 @@ void derive_cores(Config& c) {
   c.cores_derived = true;
 }
 
+// "0,1,4-6" -> {0,1,4,5,6}; nullopt for the richer --lcores syntax
+// ("(0-3)@(0-1)", "1@2"), which this check leaves to EAL.
+std::optional<std::set<uint32_t>> simple_lcore_list(const std::string& s) {
+  if (s.empty() || s.find_first_not_of("0123456789,-") != std::string::npos) return std::nullopt;
+  std::set<uint32_t> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    size_t dash = item.find('-');
+    try {
+      if (dash == std::string::npos) {
+        out.insert(static_cast<uint32_t>(std::stoul(item)));
+      } else {
+        uint32_t a = static_cast<uint32_t>(std::stoul(item.substr(0, dash)));
+        uint32_t b = static_cast<uint32_t>(std::stoul(item.substr(dash + 1)));
+        if (a > b || b > kMaxLcore) return std::nullopt;
+        for (uint32_t i = a; i <= b; ++i) out.insert(i);
+      }
+    } catch (const std::exception&) {
+      return std::nullopt;
+    }
+  }
+  return out;
+}
+
 void check_config(Config& c) {
+  // Cores and the main lcore must be lcores EAL starts (when the list is simple).
+  if (auto lcores = simple_lcore_list(c.eal.lcores)) {
+    for (size_t i = 0; i < c.cores.size(); ++i) {
+      if (lcores->count(c.cores[i].lcore) == 0) {
+        throw ConfigError("config: core[" + std::to_string(i) + "].lcore: " + std::to_string(c.cores[i].lcore) +
+                          " is not in eal.lcores \"" + c.eal.lcores + "\"" +
+                          (c.cores_derived ? " (cores derived from the ports' rx_queues; add [[core]] sections)" : ""));
+      }
+    }
+    if (c.eal.main_lcore && lcores->count(*c.eal.main_lcore) == 0) {
+      throw ConfigError("config: eal.main_lcore: " + std::to_string(*c.eal.main_lcore) + " is not in eal.lcores \"" +
+                        c.eal.lcores + "\"");
+    }
+  }
   // Unique port names and addresses.
   std::set<std::string> names;
   std::map<std::array<uint8_t, 4>, uint32_t> v4;

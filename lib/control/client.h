@@ -10,7 +10,7 @@
 
 namespace droce::control {
 
-using json = nlohmann::json;
+using json = nlohmann::ordered_json;
 
 // Could not talk to the server: connect, I/O, timeout, or a garbled answer.
 class ConnectionError : public std::runtime_error {

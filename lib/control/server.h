@@ -17,7 +17,7 @@
 
 namespace droce::control {
 
-using json = nlohmann::json;
+using json = nlohmann::ordered_json;
 
 // Thrown by a handler: the message goes to the client as the error.
 class CommandError : public std::runtime_error {

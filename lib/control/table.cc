@@ -5,7 +5,7 @@
 namespace droce::control {
 namespace {
 
-using json = nlohmann::json;
+using json = nlohmann::ordered_json;
 
 bool numeric(const std::string& s) {
   if (s.empty()) return false;
@@ -140,9 +140,18 @@ std::string render_result(const json& result) {
       if (array_of_objects(*only)) return objects_table(*only);
       if (only->empty()) return "(none)\n";
     }
+    // Scalars and nested objects as KEY VALUE rows; arrays of objects as
+    // their own tables after them.
     std::vector<std::vector<std::string>> rows;
-    flatten(result, "", rows);
-    return render_table({"key", "value"}, rows);
+    std::string sections;
+    for (const auto& [k, e] : result.items()) {
+      if (array_of_objects(e)) {
+        sections += "\n" + k + ":\n" + objects_table(e);
+      } else {
+        flatten(e, k, rows);
+      }
+    }
+    return (rows.empty() ? std::string() : render_table({"key", "value"}, rows)) + sections;
   }
   return cell_text(result) + "\n";
 }

@@ -14,10 +14,11 @@ std::string render_table(const std::vector<std::string>& header, const std::vect
 //  - {"groups": [...]} from `counters`: one row per (group, instance, counter);
 //  - an array of objects: one row each, columns = keys in first-seen order;
 //  - an object whose single array member is an array of objects: that array;
-//  - any other object: KEY VALUE rows, nested objects flattened as a.b.c.
-std::string render_result(const nlohmann::json& result);
+//  - any other object: KEY VALUE rows, nested objects flattened as a.b.c,
+//    then each member that is an array of objects as its own table.
+std::string render_result(const nlohmann::ordered_json& result);
 
 // A scalar as table text (strings unquoted, arrays as a,b,c).
-std::string cell_text(const nlohmann::json& v);
+std::string cell_text(const nlohmann::ordered_json& v);
 
 }  // namespace droce::control

@@ -2,6 +2,9 @@
 // is rejected with a message that names the key and the value.
 #include <catch2/catch.hpp>
 
+#include <fstream>
+#include <random>
+#include <sstream>
 #include <string>
 
 #include "config/config.h"
@@ -330,4 +333,52 @@ TEST_CASE("unreadable file", "[config][bad]") {
   } catch (const ConfigError& e) {
     CHECK_THAT(std::string(e.what()), Catch::Contains("cannot read /nonexistent/droced.toml"));
   }
+}
+
+TEST_CASE("cores must run on lcores EAL starts", "[config][bad]") {
+  CHECK_THAT(error_of("[eal]\nlcores = \"1\"\n" + kPort),
+             Catch::Contains("config: core[0].lcore: 0 is not in eal.lcores \"1\" (cores derived"));
+  CHECK_THAT(error_of("[eal]\nlcores = \"0-1,3\"\n" + kPort + "[[core]]\nlcore = 2\nqueues = [{ port = \"p0\", rx = 0 }]\n"),
+             Catch::Contains("config: core[0].lcore: 2 is not in eal.lcores \"0-1,3\""));
+  CHECK_THAT(error_of("[eal]\nlcores = \"0\"\nmain_lcore = 1\n" + kPort),
+             Catch::Contains("config: eal.main_lcore: 1 is not in eal.lcores \"0\""));
+  // Fine: in the list, or a --lcores mapping this check leaves to EAL.
+  CHECK_NOTHROW(parse_config("[eal]\nlcores = \"0-1,3\"\n" + kPort + "[[core]]\nlcore = 3\nqueues = [{ port = \"p0\", rx = 0 }]\n"));
+  CHECK_NOTHROW(parse_config("[eal]\nlcores = \"(0-3)@(0-1)\"\n" + kPort + "[[core]]\nlcore = 3\nqueues = [{ port = \"p0\", rx = 0 }]\n"));
+}
+
+TEST_CASE("mutated configs: a ConfigError or a valid config, never anything else", "[config][bad]") {
+  std::string base;
+  {
+    std::ifstream in(std::string(DROCE_CONFIG_DIR) + "/droced.toml");
+    std::stringstream ss;
+    ss << in.rdbuf();
+    base = ss.str();
+  }
+  REQUIRE(base.size() > 1000);
+  std::mt19937 rng(12345);
+  const char alphabet[] = "[]{}=\",.#\n 0123456789-abcdefxyz_\\'\x00\xff";
+  size_t ok = 0, rejected = 0;
+  for (int i = 0; i < 3000; ++i) {
+    std::string t = base;
+    int edits = 1 + static_cast<int>(rng() % 4);
+    for (int e = 0; e < edits; ++e) {
+      size_t pos = rng() % t.size();
+      switch (rng() % 3) {
+        case 0: t[pos] = alphabet[rng() % (sizeof alphabet - 1)]; break;
+        case 1: t.erase(pos, 1 + rng() % 8); break;
+        default: t.insert(pos, 1, alphabet[rng() % (sizeof alphabet - 1)]); break;
+      }
+      if (t.empty()) t.push_back('x');
+    }
+    try {
+      parse_config(t, "mut.toml");
+      ++ok;
+    } catch (const ConfigError& e) {
+      CHECK(std::string(e.what()).rfind("config: ", 0) == 0);
+      ++rejected;
+    }
+  }
+  CHECK(rejected > 1000);
+  CHECK(ok + rejected == 3000);
 }

@@ -1,0 +1,126 @@
+// droce-ctl: talks to droced over its control socket.
+//
+//   droce-ctl [--socket PATH] [--json] [--timeout MS] COMMAND ...
+//
+// Output: an aligned table, or the raw JSON result with --json. Exit codes: 0
+// ok, 1 the daemon answered with an error or could not be reached, 2 usage.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <optional>
+
+#include "control/client.h"
+#include "control/table.h"
+
+using droce::control::json;
+
+int main(int argc, char** argv) {
+  CLI::App app{"droce-ctl: inspect and steer a running droced"};
+  app.require_subcommand(1);
+  const char* env = std::getenv("DROCE_SOCKET");
+  std::string socket = env != nullptr ? env : "/run/droce/droced.sock";
+  bool as_json = false;
+  int timeout_ms = 5000;
+  app.add_option("-s,--socket", socket, "control socket (default: $DROCE_SOCKET or /run/droce/droced.sock)");
+  app.add_flag("-j,--json", as_json, "print the JSON result instead of a table");
+  app.add_option("--timeout", timeout_ms, "milliseconds to wait for an answer")->check(CLI::Range(1, 600000));
+
+  std::string cmd;
+  json args = json::object();
+
+  auto* status = app.add_subcommand("status", "daemon, ports and cores");
+  status->callback([&] { cmd = "status"; });
+
+  auto* counters = app.add_subcommand("counters", "counters per port, core, QP, ...");
+  std::string group;
+  bool nonzero = false;
+  counters->add_option("-g,--group", group, "only this group (port, core, qp, control, ...)");
+  counters->add_flag("-n,--nonzero", nonzero, "hide counters that are zero everywhere");
+  counters->callback([&] {
+    cmd = "counters";
+    if (!group.empty()) args["group"] = group;
+    if (nonzero) args["nonzero"] = true;
+  });
+
+  for (const char* name : {"qps", "mrs", "arp"}) {
+    std::string desc = std::string("list ") + (std::string(name) == "qps"   ? "queue pairs"
+                                                : std::string(name) == "mrs" ? "memory regions"
+                                                                             : "the ARP/neighbour cache");
+    app.add_subcommand(name, desc)->callback([&cmd, name] { cmd = name; });
+  }
+
+  auto* fault = app.add_subcommand("fault", "fault injection per port");
+  fault->require_subcommand(1);
+  auto* fget = fault->add_subcommand("get", "show the settings");
+  std::string fport;
+  fget->add_option("-p,--port", fport, "only this port");
+  fget->callback([&] {
+    cmd = "fault get";
+    if (!fport.empty()) args["port"] = fport;
+  });
+  auto* fset = fault->add_subcommand("set", "change the settings of one port and direction");
+  std::string sport, dir;
+  std::optional<double> drop, dup, reorder, corrupt;
+  std::optional<uint64_t> seed;
+  fset->add_option("-p,--port", sport, "port name")->required();
+  fset->add_option("-d,--dir", dir, "rx or tx")->check(CLI::IsMember({"rx", "tx"}));
+  fset->add_option("--drop", drop, "probability 0..1");
+  fset->add_option("--duplicate", dup, "probability 0..1");
+  fset->add_option("--reorder", reorder, "probability 0..1");
+  fset->add_option("--corrupt", corrupt, "probability 0..1");
+  fset->add_option("--seed", seed, "PRNG seed");
+  fset->callback([&] {
+    cmd = "fault set";
+    args["port"] = sport;
+    if (!dir.empty()) args["dir"] = dir;
+    if (drop) args["drop"] = *drop;
+    if (dup) args["duplicate"] = *dup;
+    if (reorder) args["reorder"] = *reorder;
+    if (corrupt) args["corrupt"] = *corrupt;
+    if (seed) args["seed"] = *seed;
+  });
+
+  app.add_subcommand("shutdown", "stop the daemon cleanly")->callback([&] { cmd = "shutdown"; });
+  app.add_subcommand("help", "list the daemon's commands")->callback([&] { cmd = "help"; });
+
+  auto* call = app.add_subcommand("call", "send any command with JSON arguments");
+  std::string call_cmd, call_args;
+  call->add_option("command", call_cmd, "command name")->required();
+  call->add_option("args", call_args, "arguments as a JSON object");
+  call->callback([&] { cmd = call_cmd; });
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
+  }
+  if (!call_args.empty()) {
+    try {
+      args = json::parse(call_args);
+    } catch (const json::parse_error& e) {
+      std::fprintf(stderr, "droce-ctl: args is not JSON: %s\n", e.what());
+      return 2;
+    }
+    if (!args.is_object()) {
+      std::fprintf(stderr, "droce-ctl: args must be a JSON object\n");
+      return 2;
+    }
+  }
+
+  try {
+    droce::control::Client client(socket, timeout_ms);
+    json result = client.call(cmd, args);
+    if (as_json) {
+      std::cout << result.dump(2, ' ', false, json::error_handler_t::replace) << "\n";
+    } else {
+      std::cout << droce::control::render_result(result);
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "droce-ctl: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,126 @@
+#include "fault/fault_injector.h"
+
+#include <cstring>
+
+namespace droce::fault {
+
+using config::FaultKind;
+using stats::PortCounter;
+
+FaultInjector::FaultInjector(const config::PortFaults& faults, config::FaultDir dir, uint64_t stream,
+                             stats::CounterBlock<PortCounter>* counters) noexcept
+    : faults_(faults), dir_(dir), stream_(stream), counters_(counters) {
+  reload();
+}
+
+void FaultInjector::reload() noexcept {
+  generation_ = faults_.generation.load(std::memory_order_acquire);
+  active_ = false;
+  for (size_t k = 0; k < config::kFaultKinds; ++k) {
+    t_[k] = faults_.get(dir_, static_cast<FaultKind>(k));
+    active_ = active_ || t_[k] != 0;
+  }
+  uint64_t seed = faults_.seed.load(std::memory_order_relaxed);
+  if (seed != seed_ || state_ == 0) {
+    seed_ = seed;
+    // splitmix64 of (seed, stream): a non-zero start for xorshift.
+    uint64_t z = seed + 0x9E3779B97F4A7C15ULL * (stream_ + 1);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    z ^= z >> 31;
+    state_ = z != 0 ? z : 0x853C49E6748FEA9BULL;
+  }
+}
+
+void FaultInjector::count(size_t kind) noexcept {
+  if (counters_ == nullptr) return;
+  // fault_rx_drop .. fault_rx_corrupt, then the same four for tx.
+  size_t base = static_cast<size_t>(dir_ == config::FaultDir::rx ? PortCounter::fault_rx_drop
+                                                                 : PortCounter::fault_tx_drop);
+  counters_->add(static_cast<PortCounter>(base + kind));
+}
+
+uint16_t FaultInjector::apply(io::PacketIo& io, io::PktBuf** bufs, uint16_t n, uint16_t cap) noexcept {
+  if (faults_.generation.load(std::memory_order_relaxed) != generation_) reload();
+  if (!active_ && held_ == nullptr) return n;
+  if (cap > kMaxBurst) cap = kMaxBurst;
+  if (n > cap) n = cap;
+
+  io::PktBuf* out[kMaxBurst];
+  io::PktBuf* dropped[kMaxBurst];
+  uint16_t nout = 0, ndrop = 0;
+  const uint32_t t_drop = t_[static_cast<size_t>(FaultKind::drop)];
+  const uint32_t t_dup = t_[static_cast<size_t>(FaultKind::duplicate)];
+  const uint32_t t_reorder = t_[static_cast<size_t>(FaultKind::reorder)];
+  const uint32_t t_corrupt = t_[static_cast<size_t>(FaultKind::corrupt)];
+  // Threshold t = p * 2^32; UINT32_MAX stands for p = 1 and always fires.
+  auto hit = [this](uint32_t t) { return t != 0 && (t == UINT32_MAX || next() < t); };
+
+  for (uint16_t i = 0; i < n; ++i) {
+    io::PktBuf* b = bufs[i];
+    if (hit(t_drop)) {
+      dropped[ndrop++] = b;
+      count(static_cast<size_t>(FaultKind::drop));
+      continue;
+    }
+    if (hit(t_corrupt) && b->len > 14) {
+      uint32_t r = next();
+      uint32_t off = 14 + r % (b->len - 14);
+      b->data[off] ^= static_cast<uint8_t>(1u << ((r >> 24) & 7));
+      count(static_cast<size_t>(FaultKind::corrupt));
+    }
+    if (held_ == nullptr && hit(t_reorder)) {
+      held_ = b;
+      held_calls_ = 0;
+      count(static_cast<size_t>(FaultKind::reorder));
+      continue;
+    }
+    if (nout < cap) {
+      out[nout++] = b;
+    } else {
+      dropped[ndrop++] = b;  // cannot happen unless duplicates filled the burst
+      continue;
+    }
+    if (held_ != nullptr) {  // the held frame goes out after the one that followed it
+      if (nout < cap) {
+        out[nout++] = held_;
+      } else {
+        dropped[ndrop++] = held_;
+      }
+      held_ = nullptr;
+    }
+    // Room is kept for the remaining input frames before adding copies.
+    if (hit(t_dup) && nout + (n - i - 1) < cap) {
+      io::PktBuf* copy = nullptr;
+      if (io.alloc_burst(&copy, 1) == 1) {
+        if (copy->cap >= b->len) {
+          std::memcpy(copy->data, b->data, b->len);
+          copy->len = b->len;
+          copy->port = b->port;
+          copy->queue = b->queue;
+          out[nout++] = copy;
+          count(static_cast<size_t>(FaultKind::duplicate));
+        } else {
+          io.free_burst(&copy, 1);
+        }
+      }
+    }
+  }
+  // A held frame with nothing after it for a while goes out late, on its own.
+  if (held_ != nullptr && n == 0 && ++held_calls_ >= kHoldCalls && nout < cap) {
+    out[nout++] = held_;
+    held_ = nullptr;
+  }
+  if (ndrop != 0) io.free_burst(dropped, ndrop);
+  std::memcpy(bufs, out, nout * sizeof(io::PktBuf*));
+  return nout;
+}
+
+uint16_t FaultInjector::flush(io::PktBuf** bufs, uint16_t cap) noexcept {
+  if (held_ == nullptr || cap == 0) return 0;
+  bufs[0] = held_;
+  held_ = nullptr;
+  return 1;
+}
+
+}  // namespace droce::fault

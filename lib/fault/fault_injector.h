@@ -1,0 +1,70 @@
+// droce/fault: per-port fault injection applied to packet bursts, without DPDK.
+//
+// One FaultInjector per (port, queue, direction), owned by the core that owns
+// the queue: on RX it runs on what rx_burst returned, on TX on what is about
+// to go to tx_burst. Its settings come from the port's config::PortFaults
+// (config file, changed at run time by `droce-ctl fault set`), re-read only
+// when their generation changes. With every probability zero it costs one
+// relaxed load per burst.
+//
+// Per frame, in this order, each with its own probability:
+//   drop       the frame is handed back to io.free_burst
+//   corrupt    one random bit after the Ethernet header is flipped
+//   reorder    the frame is held back and sent after the next frame (or,
+//              if none comes for kHoldCalls calls, late on its own)
+//   duplicate  a copy (a buffer from io.alloc_burst) follows the frame; when
+//              no buffer is free the copy is skipped
+// Each injected fault is counted in the port's fault_{rx,tx}_* counter.
+#pragma once
+
+#include <cstdint>
+
+#include "config/fault_table.h"
+#include "io/packet_io.h"
+#include "stats/groups.h"
+
+namespace droce::fault {
+
+class FaultInjector {
+ public:
+  static constexpr uint16_t kMaxBurst = 512;
+  static constexpr uint32_t kHoldCalls = 16;
+
+  // stream tells apart the injectors of one port (e.g. queue * 2 + dir) so they
+  // draw different numbers from the same seed.
+  FaultInjector(const config::PortFaults& faults, config::FaultDir dir, uint64_t stream,
+                stats::CounterBlock<stats::PortCounter>* counters) noexcept;
+
+  // Applies the faults to bufs[0..n) in place and returns the new count
+  // (at most cap, cap <= kMaxBurst). Frames not returned were freed or held.
+  uint16_t apply(io::PacketIo& io, io::PktBuf** bufs, uint16_t n, uint16_t cap) noexcept;
+
+  // Puts a held frame (if any) into bufs[0]; returns 0 or 1. For shutdown.
+  uint16_t flush(io::PktBuf** bufs, uint16_t cap) noexcept;
+
+  bool holding() const noexcept { return held_ != nullptr; }
+
+ private:
+  void reload() noexcept;
+  uint32_t next() noexcept {  // xorshift64*: fast, good enough to pick faults
+    state_ ^= state_ >> 12;
+    state_ ^= state_ << 25;
+    state_ ^= state_ >> 27;
+    return static_cast<uint32_t>((state_ * 0x2545F4914F6CDD1DULL) >> 32);
+  }
+  void count(size_t kind) noexcept;
+
+  const config::PortFaults& faults_;
+  const config::FaultDir dir_;
+  const uint64_t stream_;
+  stats::CounterBlock<stats::PortCounter>* counters_;
+  uint64_t generation_ = ~0ULL;
+  uint64_t seed_ = 0;
+  uint64_t state_ = 1;
+  uint32_t t_[config::kFaultKinds] = {};
+  bool active_ = false;
+  io::PktBuf* held_ = nullptr;
+  uint32_t held_calls_ = 0;
+};
+
+}  // namespace droce::fault

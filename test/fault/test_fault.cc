@@ -1,0 +1,249 @@
+// lib/fault: drop, duplicate, reorder, corrupt on bursts through a small
+// in-memory PacketIo; rates, determinism, run-time changes, counters.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cstring>
+#include <set>
+#include <vector>
+
+#include "fault/fault_injector.h"
+
+using namespace droce;
+using config::FaultDir;
+using config::FaultKind;
+using fault::FaultInjector;
+using stats::PortCounter;
+
+namespace {
+
+// A pool of fixed buffers; tracks what is free to catch leaks and double frees.
+class PoolIo : public io::PacketIo {
+ public:
+  explicit PoolIo(size_t n) : store_(n * 256), bufs_(n) {
+    for (size_t i = 0; i < n; ++i) {
+      bufs_[i].data = &store_[i * 256];
+      bufs_[i].cap = 256;
+      free_.push_back(&bufs_[i]);
+    }
+  }
+  uint16_t rx_burst(io::PktBuf**, uint16_t) noexcept override { return 0; }
+  uint16_t alloc_burst(io::PktBuf** b, uint16_t n) noexcept override {
+    uint16_t k = 0;
+    while (k < n && !free_.empty()) {
+      b[k++] = free_.back();
+      free_.pop_back();
+    }
+    return k;
+  }
+  uint16_t tx_burst(io::PktBuf**, uint16_t) noexcept override { return 0; }
+  void free_burst(io::PktBuf** b, uint16_t n) noexcept override {
+    for (uint16_t i = 0; i < n; ++i) {
+      if (std::find(free_.begin(), free_.end(), b[i]) != free_.end()) double_free = true;
+      free_.push_back(b[i]);
+    }
+  }
+  uint32_t buf_capacity() const noexcept override { return 256; }
+  wire::MacAddr mac() const noexcept override { return {}; }
+
+  // A frame of 64 bytes whose bytes 14..17 hold `seq`.
+  io::PktBuf* frame(uint32_t seq) {
+    io::PktBuf* b = nullptr;
+    if (alloc_burst(&b, 1) != 1) FAIL("pool empty");
+    b->len = 64;
+    std::memset(b->data, 0xab, 64);
+    std::memcpy(b->data + 14, &seq, 4);
+    return b;
+  }
+  static uint32_t seq(const io::PktBuf* b) {
+    uint32_t s;
+    std::memcpy(&s, b->data + 14, 4);
+    return s;
+  }
+  size_t free_count() const { return free_.size(); }
+  bool double_free = false;
+
+ private:
+  std::vector<uint8_t> store_;
+  std::vector<io::PktBuf> bufs_;
+  std::vector<io::PktBuf*> free_;
+};
+
+std::vector<config::PortConfig> one_port() {
+  config::PortConfig p;
+  p.name = "p0";
+  return {p};
+}
+
+// Sends `total` frames through in bursts of `burst`; returns the output order.
+std::vector<uint32_t> run(FaultInjector& fi, PoolIo& io, uint32_t total, uint16_t burst = 32) {
+  std::vector<uint32_t> out;
+  io::PktBuf* b[FaultInjector::kMaxBurst];
+  for (uint32_t s = 0; s < total;) {
+    uint16_t n = 0;
+    while (n < burst && s < total) b[n++] = io.frame(s++);
+    uint16_t k = fi.apply(io, b, n, FaultInjector::kMaxBurst);
+    for (uint16_t i = 0; i < k; ++i) out.push_back(PoolIo::seq(b[i]));
+    io.free_burst(b, k);
+  }
+  uint16_t k = fi.flush(b, 1);
+  for (uint16_t i = 0; i < k; ++i) out.push_back(PoolIo::seq(b[i]));
+  io.free_burst(b, k);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("no faults: the burst passes untouched", "[fault]") {
+  config::FaultTable t(one_port());
+  stats::CounterBlock<PortCounter> c;
+  FaultInjector fi(t[0], FaultDir::rx, 0, &c);
+  PoolIo io(64);
+  auto out = run(fi, io, 100);
+  REQUIRE(out.size() == 100);
+  for (uint32_t i = 0; i < 100; ++i) CHECK(out[i] == i);
+  CHECK(io.free_count() == 64);
+  CHECK(c.get(PortCounter::fault_rx_drop) == 0);
+}
+
+TEST_CASE("drop: every frame at p=1, about p of them otherwise", "[fault]") {
+  config::FaultTable t(one_port());
+  stats::CounterBlock<PortCounter> c;
+  PoolIo io(600);
+  t[0].set(FaultDir::tx, FaultKind::drop, 1.0);
+  t[0].publish();
+  FaultInjector all(t[0], FaultDir::tx, 0, &c);
+  CHECK(run(all, io, 100).empty());
+  CHECK(c.get(PortCounter::fault_tx_drop) == 100);
+  CHECK(io.free_count() == 600);  // dropped frames were freed
+  CHECK_FALSE(io.double_free);
+
+  for (double p : {0.01, 0.05}) {
+    config::FaultTable t2(one_port());
+    t2[0].set(FaultDir::rx, FaultKind::drop, p);
+    t2[0].publish();
+    stats::CounterBlock<PortCounter> c2;
+    FaultInjector fi(t2[0], FaultDir::rx, 1, &c2);
+    const uint32_t n = 200000;
+    auto out = run(fi, io, n, 256);
+    double rate = 1.0 - static_cast<double>(out.size()) / n;
+    INFO("p " << p << " measured " << rate);
+    CHECK(std::abs(rate - p) < 0.004);  // binomial sigma is 0.0005 at p = 0.05
+    CHECK(c2.get(PortCounter::fault_rx_drop) == n - out.size());
+    CHECK(std::is_sorted(out.begin(), out.end()));
+  }
+  CHECK(io.free_count() == 600);
+}
+
+TEST_CASE("duplicate: an identical copy follows; no buffers means no copy", "[fault]") {
+  config::FaultTable t(one_port());
+  t[0].set(FaultDir::rx, FaultKind::duplicate, 1.0);
+  t[0].publish();
+  stats::CounterBlock<PortCounter> c;
+  FaultInjector fi(t[0], FaultDir::rx, 0, &c);
+  PoolIo io(64);
+  auto out = run(fi, io, 20, 8);
+  REQUIRE(out.size() == 40);
+  for (uint32_t i = 0; i < 20; ++i) {
+    CHECK(out[2 * i] == i);
+    CHECK(out[2 * i + 1] == i);
+  }
+  CHECK(c.get(PortCounter::fault_rx_duplicate) == 20);
+  CHECK(io.free_count() == 64);
+
+  // The burst cap leaves room for the input frames first.
+  io::PktBuf* b[8];
+  for (uint32_t i = 0; i < 4; ++i) b[i] = io.frame(i);
+  uint16_t k = fi.apply(io, b, 4, 6);
+  CHECK(k == 6);
+  io.free_burst(b, k);
+
+  // Pool exhausted: frames still pass, without copies.
+  PoolIo tiny(4);
+  io::PktBuf* f[4];
+  for (uint32_t i = 0; i < 4; ++i) f[i] = tiny.frame(i);
+  CHECK(fi.apply(tiny, f, 4, 8) == 4);
+  tiny.free_burst(f, 4);
+  CHECK(tiny.free_count() == 4);
+}
+
+TEST_CASE("corrupt: exactly one bit flipped after the Ethernet header", "[fault]") {
+  config::FaultTable t(one_port());
+  t[0].set(FaultDir::tx, FaultKind::corrupt, 1.0);
+  t[0].publish();
+  stats::CounterBlock<PortCounter> c;
+  FaultInjector fi(t[0], FaultDir::tx, 0, &c);
+  PoolIo io(8);
+  for (int round = 0; round < 200; ++round) {
+    io::PktBuf* b = io.frame(0x01020304);
+    std::vector<uint8_t> before(b->data, b->data + b->len);
+    REQUIRE(fi.apply(io, &b, 1, 1) == 1);
+    int bits = 0;
+    for (uint32_t i = 0; i < b->len; ++i) {
+      uint8_t d = before[i] ^ b->data[i];
+      if (d) CHECK(i >= 14);
+      bits += __builtin_popcount(d);
+    }
+    CHECK(bits == 1);
+    io.free_burst(&b, 1);
+  }
+  CHECK(c.get(PortCounter::fault_tx_corrupt) == 200);
+}
+
+TEST_CASE("reorder: a held frame goes out after the next one, nothing lost", "[fault]") {
+  config::FaultTable t(one_port());
+  t[0].set(FaultDir::rx, FaultKind::reorder, 0.3);
+  t[0].publish();
+  stats::CounterBlock<PortCounter> c;
+  FaultInjector fi(t[0], FaultDir::rx, 0, &c);
+  PoolIo io(128);
+  auto out = run(fi, io, 5000, 16);
+  REQUIRE(out.size() == 5000);
+  CHECK(std::set<uint32_t>(out.begin(), out.end()).size() == 5000);
+  size_t swapped = 0;
+  for (size_t i = 1; i < out.size(); ++i) swapped += out[i] < out[i - 1] ? 1 : 0;
+  CHECK(swapped == c.get(PortCounter::fault_rx_reorder));
+  CHECK(swapped > 500);
+  CHECK(io.free_count() == 128);
+
+  // A held frame with nothing behind it is released late, on its own.
+  t[0].set(FaultDir::rx, FaultKind::reorder, 1.0);
+  t[0].publish();
+  io::PktBuf* b[4];
+  b[0] = io.frame(7);
+  CHECK(fi.apply(io, b, 1, 4) == 0);
+  CHECK(fi.holding());
+  uint16_t k = 0;
+  for (uint32_t i = 0; i < FaultInjector::kHoldCalls && k == 0; ++i) k = fi.apply(io, b, 0, 4);
+  REQUIRE(k == 1);
+  CHECK(PoolIo::seq(b[0]) == 7);
+  io.free_burst(b, 1);
+}
+
+TEST_CASE("same seed, same faults; other stream or seed, other faults; run-time change", "[fault]") {
+  auto pattern = [](uint64_t seed, uint64_t stream) {
+    config::FaultTable t(one_port());
+    t[0].set(FaultDir::rx, FaultKind::drop, 0.5);
+    t[0].seed = seed;
+    t[0].publish();
+    FaultInjector fi(t[0], FaultDir::rx, stream, nullptr);
+    PoolIo io(64);
+    return run(fi, io, 300);
+  };
+  CHECK(pattern(1, 0) == pattern(1, 0));
+  CHECK(pattern(1, 0) != pattern(1, 1));
+  CHECK(pattern(1, 0) != pattern(2, 0));
+
+  config::FaultTable t(one_port());
+  stats::CounterBlock<PortCounter> c;
+  FaultInjector fi(t[0], FaultDir::tx, 0, &c);
+  PoolIo io(64);
+  CHECK(run(fi, io, 50).size() == 50);
+  t[0].set(FaultDir::tx, FaultKind::drop, 1.0);  // as `fault set` does
+  t[0].publish();
+  CHECK(run(fi, io, 50).empty());
+  t[0].set(FaultDir::tx, FaultKind::drop, 0.0);
+  t[0].publish();
+  CHECK(run(fi, io, 50).size() == 50);
+  CHECK(c.get(PortCounter::fault_tx_drop) == 50);
+}
