@@ -9,7 +9,9 @@
 // ring pointers here. The backend's engine core consumes the send/receive
 // rings (RingConsumer, copy each entry out before validating it: the client
 // can still write it) and produces the CQ ring (RingProducer, then
-// cq_consume_arm() and, when it says so, write 1 to the CQ's eventfd). A
+// cq_consume_arm() and, when it says so, write 1 to the CQ's eventfd). It
+// returns a send-ring slot (release) before it publishes the completion of
+// the work request that was in it (droce_shm_abi.h, "slot lifetime"). A
 // destroy_* call must not return until the engine has stopped touching the
 // object's rings and memory; the server unmaps them right after.
 #pragma once

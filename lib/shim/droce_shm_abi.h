@@ -49,6 +49,12 @@
  *    the geometry, so a poll touches the shared index line only when the
  *    cache says empty/full.
  *
+ *  slot lifetime (the verbs rule "max_send_wr outstanding work requests")
+ *    The daemon consumes a work request by copying it into its own state
+ *    and returns the slot (cons store) no later than it publishes that work
+ *    request's completion. So a program that has reaped the completion of a
+ *    work request always finds its slot free again.
+ *
  *  CQ notification (ibv_req_notify_cq, completion channels)
  *    armed  : client stores DROCE_CQ_ARM_NEXT or DROCE_CQ_ARM_SOLICITED
  *             (SEQ_CST); the daemon, after publishing a CQE (release store

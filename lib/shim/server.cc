@@ -217,7 +217,9 @@ struct ServerOps {
   int create_channel(HandleResp& r) {
     if (int e = room()) return e;
     auto o = std::make_unique<Obj>(ObjKind::Channel);
-    o->eventfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    // Blocking (the client's ibv_get_cq_event sleeps in read) and a semaphore:
+    // one read takes one event, so readiness never outlives the events.
+    o->eventfd = eventfd(0, EFD_CLOEXEC | EFD_SEMAPHORE);
     if (o->eventfd < 0) return -errno;
     out_fds[n_out_fds++] = o->eventfd;  // still owned by the object
     r.handle = add(std::move(o), {});

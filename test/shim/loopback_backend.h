@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <string>
@@ -301,6 +302,7 @@ class LoopbackBackend : public ShimBackend {
     ibv_qp_attr attr{};
     RingConsumer<droce_shm_send_wqe> sq;
     RingConsumer<droce_shm_recv_wqe> rq;
+    std::deque<droce_shm_send_wqe> taken;  // consumed from the ring, waiting (RNR)
   };
   struct Ah {
     ObjId pd;
@@ -503,16 +505,24 @@ class LoopbackBackend : public ShimBackend {
         std::lock_guard<std::mutex> g(mu_);
         for (auto& [id, q] : qps_) {
           if (q.attr.qp_state != IBV_QPS_RTS) continue;
-          uint32_t n = q.sq.available();
-          uint32_t done = 0;
-          for (; done < n; done++) {
-            droce_shm_send_wqe w;
-            q.sq.copy(done, &w);  // copy out: the client may still write the slot
-            if (execute(q, w) == Exec::Retry) break;
-          }
-          if (done) {
-            q.sq.release(done);
+          // WQEs that waited for a receive (RNR) go first, in order.
+          while (!q.taken.empty() && execute(q, q.taken.front()) == Exec::Done) {
+            q.taken.pop_front();
             any = true;
+          }
+          if (!q.taken.empty()) continue;
+          uint32_t n = q.sq.available();
+          for (uint32_t i = 0; i < n; i++) {
+            droce_shm_send_wqe w;
+            q.sq.copy(0, &w);  // copy out: the client may still write the slot
+            // The slot goes back before the WQE's completion can be seen
+            // (droce_shm_abi.h: a reaped completion implies a free slot).
+            q.sq.release(1);
+            any = true;
+            if (execute(q, w) == Exec::Retry) {
+              q.taken.push_back(w);
+              break;
+            }
           }
         }
       }

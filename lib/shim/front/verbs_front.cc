@@ -1,0 +1,1015 @@
+// The drop-in libibverbs.so.1: the public libibverbs ABI of rdma-core 44 on
+// top of the shim, so that programs built against Debian's libibverbs run on
+// droced with LD_LIBRARY_PATH pointing here and no kernel RDMA device.
+//
+// Layout: every object is one of our structs whose first member is the
+// libibverbs struct the program sees (ibv_pd, ibv_cq, ...), so a cast gets
+// back to ours. The context is a struct verbs_context (ibv_context is its last
+// member, as the inline functions of verbs.h expect) followed by our state.
+// The inline data-path calls of verbs.h (ibv_post_send, ibv_post_recv,
+// ibv_post_srq_recv, ibv_poll_cq, ibv_req_notify_cq) jump through
+// context->ops to functions here that touch only the shared-memory rings.
+//
+// Symbol versions: front/libibverbs.map reproduces rdma-core 44's version
+// nodes (IBVERBS_1.0 ... IBVERBS_1.14, IBVERBS_PRIVATE_34).
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <sys/eventfd.h>
+#include <infiniband/verbs.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "shim/client/client.h"
+
+#undef ibv_get_device_list
+#undef ibv_query_port
+#undef ibv_reg_mr
+#undef ibv_reg_mr_iova
+
+using namespace droce::shim;
+using namespace droce::shim::proto;
+
+#define DROCE_EXPORT extern "C" __attribute__((visibility("default")))
+
+// Private (IBVERBS_PRIVATE_34) types that ibv_devinfo uses; rdma-core keeps
+// them in infiniband/driver.h, which Debian does not install.
+enum ibv_gid_type_sysfs { IBV_GID_TYPE_SYSFS_IB_ROCE_V1, IBV_GID_TYPE_SYSFS_ROCE_V2 };
+
+namespace {
+
+// ---- objects --------------------------------------------------------------
+
+struct FDevice {
+  ibv_device dev;  // first: programs hold ibv_device*
+  uint32_t index;
+  uint64_t guid;   // network byte order
+  std::string socket;
+};
+
+struct FContext {
+  verbs_context vctx;  // ibv_context is its last member
+  ShimConnection conn;
+  FDevice* dev;
+  int async_fd;
+};
+static_assert(offsetof(verbs_context, context) + sizeof(ibv_context) == sizeof(verbs_context),
+              "verbs_context must end with ibv_context");
+static_assert(offsetof(FContext, vctx) == 0);
+
+struct FPd {
+  ibv_pd pd;
+  uint32_t handle;
+};
+struct FMr {
+  ibv_mr mr;
+  uint32_t mem_entry;
+};
+struct FCq;
+struct FChannel {
+  ibv_comp_channel ch;
+  uint32_t handle;
+  std::mutex mu;
+  std::vector<FCq*> cqs;
+};
+struct FCq {
+  ibv_cq cq;
+  uint32_t handle;
+  ClientCq ring;
+  uint32_t events_seen = 0;
+  FChannel* channel = nullptr;
+};
+struct FSrq {
+  ibv_srq srq;
+  uint32_t handle;
+  uint32_t max_sge;
+  ClientSrq ring;
+};
+struct FQp {
+  ibv_qp qp;
+  uint32_t handle;
+  ibv_qp_cap cap;
+  uint32_t sq_sig_all;
+  ClientQp ring;
+};
+struct FAh {
+  ibv_ah ah;
+  uint32_t ah_num;
+};
+
+FContext* ctx_of(ibv_context* c) {
+  return reinterpret_cast<FContext*>(reinterpret_cast<uint8_t*>(c) - offsetof(verbs_context, context));
+}
+ShimConnection& conn_of(ibv_context* c) { return ctx_of(c)->conn; }
+
+// Errors: pointer-returning calls set errno and return NULL; int-returning
+// ones return a positive errno (libibverbs' convention).
+template <typename T>
+T* fail(int neg) {
+  errno = neg < 0 ? -neg : EINVAL;
+  return nullptr;
+}
+
+template <typename T>
+T* new_obj() {
+  void* p = calloc(1, sizeof(T));
+  return p ? new (p) T() : nullptr;
+}
+template <typename T>
+void delete_obj(T* p) {
+  p->~T();
+  free(p);
+}
+
+// ---- device list ----------------------------------------------------------
+
+std::mutex g_dev_mu;
+std::vector<FDevice*> g_devices;  // kept for the process lifetime, like rdma-core
+
+int refresh_devices() {
+  std::string path = default_socket_path();
+  ShimConnection c;
+  int rc = c.connect(path);
+  if (rc != 0) return rc;
+  ListDevicesResp r{};
+  if ((rc = c.call<Op::ListDevices>({}, r)) != 0) return rc;
+  for (uint32_t i = 0; i < r.count && i < kMaxDevices; i++) {
+    const DeviceInfo& d = r.dev[i];
+    std::string name(d.name, strnlen(d.name, sizeof(d.name)));
+    auto it = std::find_if(g_devices.begin(), g_devices.end(),
+                           [&](FDevice* x) { return name == x->dev.name && x->socket == path; });
+    if (it != g_devices.end()) continue;
+    auto* f = new_obj<FDevice>();
+    if (f == nullptr) return -ENOMEM;
+    f->dev.node_type = IBV_NODE_CA;
+    f->dev.transport_type = IBV_TRANSPORT_IB;
+    std::snprintf(f->dev.name, sizeof(f->dev.name), "%s", name.c_str());
+    std::snprintf(f->dev.dev_name, sizeof(f->dev.dev_name), "%s", name.c_str());
+    // No sysfs: these paths name the daemon's socket, for humans.
+    std::snprintf(f->dev.dev_path, sizeof(f->dev.dev_path), "%s", path.c_str());
+    std::snprintf(f->dev.ibdev_path, sizeof(f->dev.ibdev_path), "%s", path.c_str());
+    f->index = d.index;
+    f->guid = d.node_guid;
+    f->socket = path;
+    g_devices.push_back(f);
+  }
+  return 0;
+}
+
+// ---- data path (reached through context->ops) ------------------------------
+
+constexpr uint32_t kSendOpsRc = (1u << IBV_WR_RDMA_WRITE) | (1u << IBV_WR_RDMA_WRITE_WITH_IMM) |
+                                (1u << IBV_WR_SEND) | (1u << IBV_WR_SEND_WITH_IMM) | (1u << IBV_WR_RDMA_READ) |
+                                (1u << IBV_WR_ATOMIC_CMP_AND_SWP) | (1u << IBV_WR_ATOMIC_FETCH_AND_ADD) |
+                                (1u << IBV_WR_SEND_WITH_INV);
+constexpr uint32_t kSendOpsUc = (1u << IBV_WR_RDMA_WRITE) | (1u << IBV_WR_RDMA_WRITE_WITH_IMM) |
+                                (1u << IBV_WR_SEND) | (1u << IBV_WR_SEND_WITH_IMM);
+constexpr uint32_t kSendOpsUd = (1u << IBV_WR_SEND) | (1u << IBV_WR_SEND_WITH_IMM);
+
+// Fills one send WQE; returns 0 or a positive errno.
+int fill_send(const FQp& q, const ibv_send_wr& wr, droce_shm_send_wqe* w) {
+  uint32_t allowed = q.qp.qp_type == IBV_QPT_RC ? kSendOpsRc : q.qp.qp_type == IBV_QPT_UC ? kSendOpsUc : kSendOpsUd;
+  int op = static_cast<int>(wr.opcode);
+  if (op < 0 || op > 31 || !(allowed & (1u << op))) return EINVAL;
+  if (wr.num_sge < 0 || static_cast<uint32_t>(wr.num_sge) > q.cap.max_send_sge) return EINVAL;
+  w->wr_id = wr.wr_id;
+  w->opcode = static_cast<uint8_t>(wr.opcode);
+  w->send_flags = wr.send_flags;
+  w->imm_data = wr.imm_data;  // also invalidate_rkey (a union in ibv_send_wr)
+  w->remote_addr = 0;
+  w->rkey = 0;
+  w->compare_add = w->swap = 0;
+  w->ah = w->remote_qpn = w->remote_qkey = 0;
+  w->inline_len = 0;
+  w->reserved = 0;
+  switch (wr.opcode) {
+    case IBV_WR_RDMA_WRITE:
+    case IBV_WR_RDMA_WRITE_WITH_IMM:
+    case IBV_WR_RDMA_READ:
+      w->remote_addr = wr.wr.rdma.remote_addr;
+      w->rkey = wr.wr.rdma.rkey;
+      break;
+    case IBV_WR_ATOMIC_CMP_AND_SWP:
+    case IBV_WR_ATOMIC_FETCH_AND_ADD:
+      w->remote_addr = wr.wr.atomic.remote_addr;
+      w->rkey = wr.wr.atomic.rkey;
+      w->compare_add = wr.wr.atomic.compare_add;
+      w->swap = wr.wr.atomic.swap;
+      break;
+    default:
+      break;
+  }
+  if (q.qp.qp_type == IBV_QPT_UD) {
+    if (wr.wr.ud.ah == nullptr) return EINVAL;
+    w->ah = reinterpret_cast<const FAh*>(wr.wr.ud.ah)->ah_num;
+    w->remote_qpn = wr.wr.ud.remote_qpn;
+    w->remote_qkey = wr.wr.ud.remote_qkey;
+  }
+  bool inl = (wr.send_flags & IBV_SEND_INLINE) && wr.opcode != IBV_WR_RDMA_READ &&
+             wr.opcode != IBV_WR_ATOMIC_CMP_AND_SWP && wr.opcode != IBV_WR_ATOMIC_FETCH_AND_ADD;
+  if (inl) {
+    // Inline: the data is copied now; the buffers need no registration.
+    uint32_t total = 0;
+    for (int i = 0; i < wr.num_sge; i++) {
+      if (wr.sg_list[i].length > DROCE_SHM_MAX_INLINE - total) return EINVAL;
+      std::memcpy(w->u.inline_data + total, reinterpret_cast<const void*>(wr.sg_list[i].addr), wr.sg_list[i].length);
+      total += wr.sg_list[i].length;
+    }
+    w->inline_len = static_cast<uint16_t>(total);
+    w->num_sge = 0;
+  } else {
+    w->send_flags &= ~static_cast<uint32_t>(IBV_SEND_INLINE);
+    w->num_sge = static_cast<uint8_t>(wr.num_sge);
+    for (int i = 0; i < wr.num_sge; i++)
+      w->u.sge[i] = {wr.sg_list[i].addr, wr.sg_list[i].length, wr.sg_list[i].lkey};
+  }
+  return 0;
+}
+
+int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) {
+  auto* q = reinterpret_cast<FQp*>(qp);
+  std::lock_guard<SpinLock> g(q->ring.sq_lock);
+  // free_slots() counts from the last published entry, so it includes the
+  // n slots filled but not yet published.
+  uint32_t free = q->ring.sq.free_slots(1);
+  uint32_t n = 0;
+  int rc = 0;
+  for (; wr != nullptr; wr = wr->next) {
+    if (n >= free && (free = q->ring.sq.free_slots(n + 1)) <= n) {
+      rc = ENOMEM;  // the send queue is full
+      break;
+    }
+    if ((rc = fill_send(*q, *wr, q->ring.sq.slot(n))) != 0) break;
+    n++;
+  }
+  if (n) q->ring.sq.publish(n);  // one doorbell for the whole list
+  if (rc != 0 && bad) *bad = wr;
+  return rc;
+}
+
+template <typename Ring>
+int post_recv_to(Ring& ring, uint32_t max_sge, ibv_recv_wr* wr, ibv_recv_wr** bad) {
+  uint32_t free = ring.free_slots(1);
+  uint32_t n = 0;
+  int rc = 0;
+  for (; wr != nullptr; wr = wr->next) {
+    if (n >= free && (free = ring.free_slots(n + 1)) <= n) {
+      rc = ENOMEM;
+      break;
+    }
+    if (wr->num_sge < 0 || static_cast<uint32_t>(wr->num_sge) > max_sge) {
+      rc = EINVAL;
+      break;
+    }
+    droce_shm_recv_wqe* r = ring.slot(n);
+    r->wr_id = wr->wr_id;
+    r->num_sge = static_cast<uint32_t>(wr->num_sge);
+    r->reserved = 0;
+    for (int i = 0; i < wr->num_sge; i++) r->sge[i] = {wr->sg_list[i].addr, wr->sg_list[i].length, wr->sg_list[i].lkey};
+    n++;
+  }
+  if (n) ring.publish(n);
+  if (rc != 0 && bad) *bad = wr;
+  return rc;
+}
+
+int post_recv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad) {
+  auto* q = reinterpret_cast<FQp*>(qp);
+  if (qp->srq != nullptr) {
+    if (bad) *bad = wr;
+    return EINVAL;  // receives go to the SRQ
+  }
+  std::lock_guard<SpinLock> g(q->ring.rq_lock);
+  return post_recv_to(q->ring.rq, q->cap.max_recv_sge, wr, bad);
+}
+
+int post_srq_recv(ibv_srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad) {
+  auto* s = reinterpret_cast<FSrq*>(srq);
+  std::lock_guard<SpinLock> g(s->ring.lock);
+  return post_recv_to(s->ring.rq, s->max_sge, wr, bad);
+}
+
+int poll_cq(ibv_cq* cq, int n, ibv_wc* wc) {
+  auto* c = reinterpret_cast<FCq*>(cq);
+  std::lock_guard<SpinLock> g(c->ring.lock);
+  droce_shm_cqe e[16];
+  int got = 0;
+  while (got < n) {
+    int k = c->ring.poll(std::min(n - got, 16), e);
+    for (int i = 0; i < k; i++) {
+      ibv_wc& w = wc[got + i];
+      w.wr_id = e[i].wr_id;
+      w.status = static_cast<ibv_wc_status>(e[i].status);
+      w.opcode = static_cast<ibv_wc_opcode>(e[i].opcode);
+      w.vendor_err = e[i].vendor_err;
+      w.byte_len = e[i].byte_len;
+      w.imm_data = e[i].imm_data;
+      w.qp_num = e[i].qp_num;
+      w.src_qp = e[i].src_qp;
+      w.wc_flags = e[i].wc_flags;
+      w.pkey_index = e[i].pkey_index;
+      w.slid = e[i].slid;
+      w.sl = e[i].sl;
+      w.dlid_path_bits = e[i].dlid_path_bits;
+    }
+    got += k;
+    if (k < 16) break;
+  }
+  return got;
+}
+
+int req_notify_cq(ibv_cq* cq, int solicited_only) {
+  reinterpret_cast<FCq*>(cq)->ring.arm(solicited_only != 0);
+  return 0;
+}
+
+int vctx_query_port(ibv_context* c, uint8_t port, ibv_port_attr* attr, size_t len) {
+  ibv_port_attr a{};
+  int rc = conn_of(c).call<Op::QueryPort>({port}, a);
+  if (rc != 0) return -rc;
+  std::memcpy(attr, &a, std::min(len, sizeof(a)));
+  return 0;
+}
+
+int gid_table(ibv_context* c, uint32_t port, GidTableResp& t) {
+  return conn_of(c).call<Op::QueryGidTable>({port}, t);
+}
+
+const char* const kWcStatus[] = {
+    "success", "local length error", "local QP operation error", "local EE context operation error",
+    "local protection error", "Work Request Flushed Error", "memory management operation error",
+    "bad response error", "local access error", "remote invalid request error", "remote access error",
+    "remote operation error", "transport retry counter exceeded", "RNR retry counter exceeded",
+    "local RDD violation error", "remote invalid RD request", "aborted error", "invalid EE context number",
+    "invalid EE context state", "fatal error", "response timeout error", "general error",
+    "TM error", "TM Rendezvous Error"};
+
+}  // namespace
+
+// ---- device list and context ------------------------------------------------
+
+DROCE_EXPORT ibv_device** ibv_get_device_list(int* num) {
+  std::lock_guard<std::mutex> g(g_dev_mu);
+  int rc = refresh_devices();
+  (void)rc;  // no daemon: an empty list, as libibverbs gives without devices
+  auto** list = static_cast<ibv_device**>(calloc(g_devices.size() + 1, sizeof(ibv_device*)));
+  if (list == nullptr) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  for (size_t i = 0; i < g_devices.size(); i++) list[i] = &g_devices[i]->dev;
+  if (num) *num = static_cast<int>(g_devices.size());
+  return list;
+}
+
+DROCE_EXPORT void ibv_free_device_list(ibv_device** list) { free(list); }
+
+DROCE_EXPORT const char* ibv_get_device_name(ibv_device* d) { return d->name; }
+
+DROCE_EXPORT __be64 ibv_get_device_guid(ibv_device* d) { return reinterpret_cast<FDevice*>(d)->guid; }
+
+DROCE_EXPORT int ibv_get_device_index(ibv_device* d) { return static_cast<int>(reinterpret_cast<FDevice*>(d)->index); }
+
+DROCE_EXPORT ibv_context* ibv_open_device(ibv_device* d) {
+  auto* dev = reinterpret_cast<FDevice*>(d);
+  auto* f = new_obj<FContext>();
+  if (f == nullptr) return fail<ibv_context>(-ENOMEM);
+  int rc = f->conn.connect(dev->socket);
+  OpenDeviceResp r{};
+  if (rc == 0) rc = f->conn.call<Op::OpenDevice>({dev->index, DROCE_SHM_ABI_VERSION}, r);
+  if (rc != 0) {
+    delete_obj(f);
+    return fail<ibv_context>(rc);
+  }
+  f->dev = dev;
+  verbs_context& v = f->vctx;
+  v.sz = sizeof(verbs_context);
+  v.query_port = vctx_query_port;
+  ibv_context& c = v.context;
+  c.device = d;
+  c.cmd_fd = -1;  // no kernel command fd
+  // No asynchronous events are delivered yet: an eventfd nobody writes, so
+  // poll() on async_fd never fires and ibv_get_async_event blocks.
+  f->async_fd = eventfd(0, EFD_CLOEXEC);
+  c.async_fd = f->async_fd;
+  c.num_comp_vectors = 1;
+  pthread_mutex_init(&c.mutex, nullptr);
+  c.abi_compat = __VERBS_ABI_IS_EXTENDED;
+  c.ops.poll_cq = poll_cq;
+  c.ops.req_notify_cq = req_notify_cq;
+  c.ops.post_send = post_send;
+  c.ops.post_recv = post_recv;
+  c.ops.post_srq_recv = post_srq_recv;
+  return &c;
+}
+
+DROCE_EXPORT int ibv_close_device(ibv_context* c) {
+  FContext* f = ctx_of(c);
+  if (f->async_fd >= 0) close(f->async_fd);
+  pthread_mutex_destroy(&c->mutex);
+  // Closing the connection makes the daemon destroy whatever is left.
+  delete_obj(f);
+  return 0;
+}
+
+DROCE_EXPORT int ibv_query_device(ibv_context* c, ibv_device_attr* attr) {
+  ibv_device_attr a{};
+  int rc = conn_of(c).call<Op::QueryDevice>({}, a);
+  if (rc != 0) return -rc;
+  *attr = a;
+  return 0;
+}
+
+// The pre-1.1-header entry point: the struct is the same size minus the
+// trailing fields added later, so copy only the compat part.
+struct compat_port_attr_prefix {
+  ibv_port_state state;
+  ibv_mtu max_mtu, active_mtu;
+  int gid_tbl_len;
+  uint32_t port_cap_flags, max_msg_sz, bad_pkey_cntr, qkey_viol_cntr;
+  uint16_t pkey_tbl_len, lid, sm_lid;
+  uint8_t lmc, max_vl_num, sm_sl, subnet_timeout, init_type_reply, active_width, active_speed, phys_state,
+      link_layer, flags;
+};
+DROCE_EXPORT int ibv_query_port(ibv_context* c, uint8_t port, _compat_ibv_port_attr* attr) {
+  ibv_port_attr a{};
+  int rc = conn_of(c).call<Op::QueryPort>({port}, a);
+  if (rc != 0) return -rc;
+  std::memcpy(static_cast<void*>(attr), &a, sizeof(compat_port_attr_prefix));
+  return 0;
+}
+
+DROCE_EXPORT int ibv_query_gid(ibv_context* c, uint8_t port, int index, ibv_gid* gid) {
+  GidTableResp t{};
+  if (gid_table(c, port, t) != 0 || index < 0) return -1;
+  for (uint32_t i = 0; i < t.count; i++) {
+    if (t.entry[i].gid_index == static_cast<uint32_t>(index)) {
+      *gid = t.entry[i].gid;
+      return 0;
+    }
+  }
+  ibv_port_attr pa{};
+  if (conn_of(c).call<Op::QueryPort>({port}, pa) != 0 || index >= pa.gid_tbl_len) return -1;
+  std::memset(gid, 0, sizeof(*gid));  // an empty slot of the table
+  return 0;
+}
+
+DROCE_EXPORT int ibv_query_gid_type(ibv_context* c, uint8_t port, unsigned int index, ibv_gid_type_sysfs* type) {
+  GidTableResp t{};
+  if (gid_table(c, port, t) != 0) return -1;
+  for (uint32_t i = 0; i < t.count; i++) {
+    if (t.entry[i].gid_index == index) {
+      *type = t.entry[i].gid_type == IBV_GID_TYPE_ROCE_V2 ? IBV_GID_TYPE_SYSFS_ROCE_V2 : IBV_GID_TYPE_SYSFS_IB_ROCE_V1;
+      return 0;
+    }
+  }
+  *type = IBV_GID_TYPE_SYSFS_ROCE_V2;  // empty slots: the port's only type
+  return 0;
+}
+
+DROCE_EXPORT int _ibv_query_gid_ex(ibv_context* c, uint32_t port, uint32_t index, ibv_gid_entry* entry,
+                                   uint32_t flags, size_t entry_size) {
+  if (flags != 0) return EINVAL;
+  GidTableResp t{};
+  if (int rc = gid_table(c, port, t)) return -rc;
+  for (uint32_t i = 0; i < t.count; i++) {
+    if (t.entry[i].gid_index == index) {
+      std::memcpy(entry, &t.entry[i], std::min(entry_size, sizeof(ibv_gid_entry)));
+      return 0;
+    }
+  }
+  return ENODATA;
+}
+
+DROCE_EXPORT ssize_t _ibv_query_gid_table(ibv_context* c, ibv_gid_entry* entries, size_t max, uint32_t flags,
+                                          size_t entry_size) {
+  if (flags != 0 || entry_size < sizeof(ibv_gid_entry)) return -EINVAL;
+  ibv_device_attr da{};
+  if (int rc = conn_of(c).call<Op::QueryDevice>({}, da)) return rc;
+  size_t n = 0;
+  for (uint32_t port = 1; port <= da.phys_port_cnt; port++) {
+    GidTableResp t{};
+    if (int rc = gid_table(c, port, t)) return rc;
+    for (uint32_t i = 0; i < t.count; i++) {
+      if (n == max) return -EINVAL;
+      std::memcpy(reinterpret_cast<uint8_t*>(entries) + n * entry_size, &t.entry[i], sizeof(ibv_gid_entry));
+      n++;
+    }
+  }
+  return static_cast<ssize_t>(n);
+}
+
+DROCE_EXPORT int ibv_query_pkey(ibv_context*, uint8_t, int index, __be16* pkey) {
+  if (index != 0) return -1;
+  *pkey = htons(0xffff);  // the default partition, the only one on RoCE
+  return 0;
+}
+
+DROCE_EXPORT int ibv_get_pkey_index(ibv_context*, uint8_t, __be16 pkey) {
+  return ntohs(pkey) == 0xffff ? 0 : -1;
+}
+
+// ---- PD / MR ------------------------------------------------------------------
+
+DROCE_EXPORT ibv_pd* ibv_alloc_pd(ibv_context* c) {
+  HandleResp r{};
+  int rc = conn_of(c).call<Op::AllocPd>({}, r);
+  if (rc != 0) return fail<ibv_pd>(rc);
+  auto* p = new_obj<FPd>();
+  if (p == nullptr) {
+    Empty e;
+    conn_of(c).call<Op::DeallocPd>({r.handle}, e);
+    return fail<ibv_pd>(-ENOMEM);
+  }
+  p->pd.context = c;
+  p->pd.handle = r.handle;
+  p->handle = r.handle;
+  return &p->pd;
+}
+
+DROCE_EXPORT int ibv_dealloc_pd(ibv_pd* pd) {
+  Empty e;
+  int rc = conn_of(pd->context).call<Op::DeallocPd>({pd->handle}, e);
+  if (rc != 0) return -rc;
+  delete_obj(reinterpret_cast<FPd*>(pd));
+  return 0;
+}
+
+DROCE_EXPORT ibv_mr* ibv_reg_mr_iova2(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned int access) {
+  MrMemory m;
+  int rc = prepare_mr_memory(addr, length, m);
+  if (rc != 0) return fail<ibv_mr>(rc);
+  // Optional access flags (IBV_ACCESS_OPTIONAL_RANGE) may be ignored.
+  uint32_t acc = access & ~static_cast<uint32_t>(IBV_ACCESS_OPTIONAL_RANGE);
+  RegMrReq q{pd->handle, acc, reinterpret_cast<uint64_t>(addr), length, iova, m.map_addr, m.map_len, m.fd_offset};
+  RegMrResp r{};
+  rc = conn_of(pd->context).call<Op::RegMr>(q, r, &m.fd, 1);
+  close(m.fd);
+  if (rc != 0) {
+    release_mr_memory(m.entry);
+    return fail<ibv_mr>(rc);
+  }
+  auto* f = new_obj<FMr>();
+  if (f == nullptr) {
+    Empty e;
+    conn_of(pd->context).call<Op::DeregMr>({r.handle}, e);
+    release_mr_memory(m.entry);
+    return fail<ibv_mr>(-ENOMEM);
+  }
+  f->mr.context = pd->context;
+  f->mr.pd = pd;
+  f->mr.addr = addr;
+  f->mr.length = length;
+  f->mr.handle = r.handle;
+  f->mr.lkey = r.lkey;
+  f->mr.rkey = r.rkey;
+  f->mem_entry = m.entry;
+  return &f->mr;
+}
+
+DROCE_EXPORT ibv_mr* ibv_reg_mr(ibv_pd* pd, void* addr, size_t length, int access) {
+  return ibv_reg_mr_iova2(pd, addr, length, reinterpret_cast<uint64_t>(addr), static_cast<unsigned>(access));
+}
+
+DROCE_EXPORT ibv_mr* ibv_reg_mr_iova(ibv_pd* pd, void* addr, size_t length, uint64_t iova, int access) {
+  return ibv_reg_mr_iova2(pd, addr, length, iova, static_cast<unsigned>(access));
+}
+
+DROCE_EXPORT int ibv_dereg_mr(ibv_mr* mr) {
+  Empty e;
+  int rc = conn_of(mr->context).call<Op::DeregMr>({mr->handle}, e);
+  if (rc != 0) return -rc;
+  auto* f = reinterpret_cast<FMr*>(mr);
+  release_mr_memory(f->mem_entry);
+  delete_obj(f);
+  return 0;
+}
+
+DROCE_EXPORT int ibv_rereg_mr(ibv_mr*, int, ibv_pd*, void*, size_t, int) {
+  errno = EOPNOTSUPP;
+  return IBV_REREG_MR_ERR_INPUT;
+}
+
+DROCE_EXPORT ibv_mr* ibv_reg_dmabuf_mr(ibv_pd*, uint64_t, size_t, uint64_t, int, int) {
+  return fail<ibv_mr>(-EOPNOTSUPP);
+}
+
+// ---- completion channels and CQs -------------------------------------------
+
+DROCE_EXPORT ibv_comp_channel* ibv_create_comp_channel(ibv_context* c) {
+  HandleResp r{};
+  int fd = -1, nfd = 0;
+  int rc = conn_of(c).call<Op::CreateChannel>({}, r, nullptr, 0, &fd, 1, &nfd);
+  if (rc == 0 && nfd != 1) rc = -EPROTO;
+  if (rc != 0) return fail<ibv_comp_channel>(rc);
+  auto* ch = new_obj<FChannel>();
+  if (ch == nullptr) {
+    close(fd);
+    return fail<ibv_comp_channel>(-ENOMEM);
+  }
+  ch->ch.context = c;
+  ch->ch.fd = fd;
+  ch->handle = r.handle;
+  return &ch->ch;
+}
+
+DROCE_EXPORT int ibv_destroy_comp_channel(ibv_comp_channel* channel) {
+  auto* ch = reinterpret_cast<FChannel*>(channel);
+  Empty e;
+  int rc = conn_of(channel->context).call<Op::DestroyChannel>({ch->handle}, e);
+  if (rc != 0) {
+    errno = -rc;
+    return -1;
+  }
+  close(channel->fd);
+  delete_obj(ch);
+  return 0;
+}
+
+DROCE_EXPORT ibv_cq* ibv_create_cq(ibv_context* c, int cqe, void* cq_context, ibv_comp_channel* channel,
+                                   int comp_vector) {
+  if (cqe < 1) return fail<ibv_cq>(-EINVAL);
+  auto* ch = reinterpret_cast<FChannel*>(channel);
+  CreateCqResp r{};
+  int fd = -1, nfd = 0;
+  int rc = conn_of(c).call<Op::CreateCq>(
+      {static_cast<uint32_t>(cqe), ch ? ch->handle : 0, static_cast<uint32_t>(comp_vector), 0}, r, nullptr, 0, &fd,
+      1, &nfd);
+  if (rc == 0 && nfd != 1) rc = -EPROTO;
+  if (rc != 0) return fail<ibv_cq>(rc);
+  auto* f = new_obj<FCq>();
+  if (f == nullptr || (rc = f->ring.attach(fd, r)) != 0) {
+    if (f != nullptr) delete_obj(f); else close(fd);
+    Empty e;
+    conn_of(c).call<Op::DestroyCq>({r.handle}, e);
+    return fail<ibv_cq>(rc ? rc : -ENOMEM);
+  }
+  f->handle = r.handle;
+  f->cq.context = c;
+  f->cq.channel = channel;
+  f->cq.cq_context = cq_context;
+  f->cq.handle = r.handle;
+  f->cq.cqe = static_cast<int>(r.cqe);
+  pthread_mutex_init(&f->cq.mutex, nullptr);
+  pthread_cond_init(&f->cq.cond, nullptr);
+  f->events_seen = f->ring.events();
+  if (ch != nullptr) {
+    std::lock_guard<std::mutex> g(ch->mu);
+    f->channel = ch;
+    ch->cqs.push_back(f);
+  }
+  return &f->cq;
+}
+
+DROCE_EXPORT int ibv_destroy_cq(ibv_cq* cq) {
+  auto* f = reinterpret_cast<FCq*>(cq);
+  Empty e;
+  int rc = conn_of(cq->context).call<Op::DestroyCq>({f->handle}, e);
+  if (rc != 0) return -rc;
+  if (f->channel != nullptr) {
+    std::lock_guard<std::mutex> g(f->channel->mu);
+    auto& v = f->channel->cqs;
+    v.erase(std::remove(v.begin(), v.end(), f), v.end());
+  }
+  pthread_mutex_destroy(&cq->mutex);
+  pthread_cond_destroy(&cq->cond);
+  delete_obj(f);
+  return 0;
+}
+
+DROCE_EXPORT int ibv_resize_cq(ibv_cq*, int) { return EOPNOTSUPP; }
+
+// One eventfd token (EFD_SEMAPHORE) per event; the CQ it belongs to is the
+// one whose shared event counter moved past what we have handed out.
+DROCE_EXPORT int ibv_get_cq_event(ibv_comp_channel* channel, ibv_cq** cq, void** cq_context) {
+  auto* ch = reinterpret_cast<FChannel*>(channel);
+  for (int tries = 0; tries < 1000000; tries++) {
+    uint64_t v;
+    ssize_t n = read(channel->fd, &v, sizeof(v));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return -1;  // EAGAIN for a nonblocking channel, as libibverbs
+    }
+    std::lock_guard<std::mutex> g(ch->mu);
+    for (FCq* f : ch->cqs) {
+      if (f->ring.events() != f->events_seen) {
+        f->events_seen++;
+        *cq = &f->cq;
+        *cq_context = f->cq.cq_context;
+        return 0;
+      }
+    }
+    // A token for a CQ destroyed since: take the next one.
+  }
+  errno = EIO;
+  return -1;
+}
+
+DROCE_EXPORT void ibv_ack_cq_events(ibv_cq* cq, unsigned int nevents) {
+  pthread_mutex_lock(&cq->mutex);
+  cq->comp_events_completed += nevents;
+  pthread_cond_signal(&cq->cond);
+  pthread_mutex_unlock(&cq->mutex);
+}
+
+// ---- SRQ ------------------------------------------------------------------------
+
+DROCE_EXPORT ibv_srq* ibv_create_srq(ibv_pd* pd, ibv_srq_init_attr* init) {
+  CreateSrqResp r{};
+  int fd = -1, nfd = 0;
+  int rc = conn_of(pd->context).call<Op::CreateSrq>({pd->handle, 0, init->attr}, r, nullptr, 0, &fd, 1, &nfd);
+  if (rc == 0 && nfd != 1) rc = -EPROTO;
+  if (rc != 0) return fail<ibv_srq>(rc);
+  auto* f = new_obj<FSrq>();
+  if (f == nullptr || (rc = f->ring.attach(fd, r)) != 0) {
+    if (f != nullptr) delete_obj(f); else close(fd);
+    Empty e;
+    conn_of(pd->context).call<Op::DestroySrq>({r.handle}, e);
+    return fail<ibv_srq>(rc ? rc : -ENOMEM);
+  }
+  f->handle = r.handle;
+  f->max_sge = r.attr.max_sge;
+  f->srq.context = pd->context;
+  f->srq.srq_context = init->srq_context;
+  f->srq.pd = pd;
+  f->srq.handle = r.handle;
+  pthread_mutex_init(&f->srq.mutex, nullptr);
+  pthread_cond_init(&f->srq.cond, nullptr);
+  init->attr = r.attr;
+  return &f->srq;
+}
+
+DROCE_EXPORT int ibv_modify_srq(ibv_srq* srq, ibv_srq_attr* attr, int mask) {
+  Empty e;
+  return -conn_of(srq->context)
+              .call<Op::ModifySrq>({reinterpret_cast<FSrq*>(srq)->handle, static_cast<uint32_t>(mask), *attr}, e);
+}
+
+DROCE_EXPORT int ibv_query_srq(ibv_srq* srq, ibv_srq_attr* attr) {
+  return -conn_of(srq->context).call<Op::QuerySrq>({reinterpret_cast<FSrq*>(srq)->handle}, *attr);
+}
+
+DROCE_EXPORT int ibv_destroy_srq(ibv_srq* srq) {
+  Empty e;
+  auto* f = reinterpret_cast<FSrq*>(srq);
+  int rc = conn_of(srq->context).call<Op::DestroySrq>({f->handle}, e);
+  if (rc != 0) return -rc;
+  pthread_mutex_destroy(&srq->mutex);
+  pthread_cond_destroy(&srq->cond);
+  delete_obj(f);
+  return 0;
+}
+
+// ---- QP -------------------------------------------------------------------------
+
+DROCE_EXPORT ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* init) {
+  auto* scq = reinterpret_cast<FCq*>(init->send_cq);
+  auto* rcq = reinterpret_cast<FCq*>(init->recv_cq);
+  auto* srq = reinterpret_cast<FSrq*>(init->srq);
+  if (scq == nullptr || rcq == nullptr) return fail<ibv_qp>(-EINVAL);
+  CreateQpReq q{pd->handle, scq->handle, rcq->handle, srq ? srq->handle : 0,
+                static_cast<uint32_t>(init->qp_type), static_cast<uint32_t>(init->sq_sig_all), init->cap};
+  CreateQpResp r{};
+  int fd = -1, nfd = 0;
+  int rc = conn_of(pd->context).call<Op::CreateQp>(q, r, nullptr, 0, &fd, 1, &nfd);
+  if (rc == 0 && nfd != 1) rc = -EPROTO;
+  if (rc != 0) return fail<ibv_qp>(rc);
+  auto* f = new_obj<FQp>();
+  if (f == nullptr || (rc = f->ring.attach(fd, r, srq != nullptr)) != 0) {
+    if (f != nullptr) delete_obj(f); else close(fd);
+    Empty e;
+    conn_of(pd->context).call<Op::DestroyQp>({r.handle}, e);
+    return fail<ibv_qp>(rc ? rc : -ENOMEM);
+  }
+  f->handle = r.handle;
+  f->cap = r.cap;
+  f->sq_sig_all = static_cast<uint32_t>(init->sq_sig_all);
+  ibv_qp& qp = f->qp;
+  qp.context = pd->context;
+  qp.qp_context = init->qp_context;
+  qp.pd = pd;
+  qp.send_cq = init->send_cq;
+  qp.recv_cq = init->recv_cq;
+  qp.srq = init->srq;
+  qp.handle = r.handle;
+  qp.qp_num = r.qpn;
+  qp.state = IBV_QPS_RESET;
+  qp.qp_type = init->qp_type;
+  pthread_mutex_init(&qp.mutex, nullptr);
+  pthread_cond_init(&qp.cond, nullptr);
+  init->cap = r.cap;
+  return &qp;
+}
+
+DROCE_EXPORT int ibv_modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int mask) {
+  Empty e;
+  int rc = conn_of(qp->context).call<Op::ModifyQp>({reinterpret_cast<FQp*>(qp)->handle, static_cast<uint32_t>(mask), *attr}, e);
+  if (rc != 0) return -rc;
+  if (mask & IBV_QP_STATE) qp->state = attr->qp_state;
+  return 0;
+}
+
+DROCE_EXPORT int ibv_query_qp(ibv_qp* qp, ibv_qp_attr* attr, int mask, ibv_qp_init_attr* init) {
+  auto* f = reinterpret_cast<FQp*>(qp);
+  QueryQpResp r{};
+  int rc = conn_of(qp->context).call<Op::QueryQp>({f->handle, static_cast<uint32_t>(mask)}, r);
+  if (rc != 0) return -rc;
+  *attr = r.attr;
+  attr->cap = r.cap;
+  if (init != nullptr) {
+    *init = ibv_qp_init_attr{};
+    init->qp_context = qp->qp_context;
+    init->send_cq = qp->send_cq;
+    init->recv_cq = qp->recv_cq;
+    init->srq = qp->srq;
+    init->cap = r.cap;
+    init->qp_type = static_cast<ibv_qp_type>(r.qp_type);
+    init->sq_sig_all = static_cast<int>(r.sq_sig_all);
+  }
+  return 0;
+}
+
+DROCE_EXPORT int ibv_destroy_qp(ibv_qp* qp) {
+  auto* f = reinterpret_cast<FQp*>(qp);
+  Empty e;
+  int rc = conn_of(qp->context).call<Op::DestroyQp>({f->handle}, e);
+  if (rc != 0) return -rc;
+  pthread_mutex_destroy(&qp->mutex);
+  pthread_cond_destroy(&qp->cond);
+  delete_obj(f);
+  return 0;
+}
+
+DROCE_EXPORT ibv_qp_ex* ibv_qp_to_qp_ex(ibv_qp*) {
+  // The ibv_wr_* API is not offered; programs fall back to ibv_post_send.
+  errno = EOPNOTSUPP;
+  return nullptr;
+}
+
+DROCE_EXPORT int ibv_query_qp_data_in_order(ibv_qp*, ibv_wr_opcode, uint32_t) { return 0; }
+
+DROCE_EXPORT int ibv_query_ece(ibv_qp*, ibv_ece*) { return EOPNOTSUPP; }
+DROCE_EXPORT int ibv_set_ece(ibv_qp*, ibv_ece*) { return EOPNOTSUPP; }
+
+// ---- AH -------------------------------------------------------------------------
+
+DROCE_EXPORT ibv_ah* ibv_create_ah(ibv_pd* pd, ibv_ah_attr* attr) {
+  CreateAhResp r{};
+  int rc = conn_of(pd->context).call<Op::CreateAh>({pd->handle, 0, *attr}, r);
+  if (rc != 0) return fail<ibv_ah>(rc);
+  auto* f = new_obj<FAh>();
+  if (f == nullptr) {
+    Empty e;
+    conn_of(pd->context).call<Op::DestroyAh>({r.handle}, e);
+    return fail<ibv_ah>(-ENOMEM);
+  }
+  f->ah.context = pd->context;
+  f->ah.pd = pd;
+  f->ah.handle = r.handle;
+  f->ah_num = r.ah_num;
+  return &f->ah;
+}
+
+DROCE_EXPORT int ibv_destroy_ah(ibv_ah* ah) {
+  Empty e;
+  int rc = conn_of(ah->context).call<Op::DestroyAh>({ah->handle}, e);
+  if (rc != 0) return -rc;
+  delete_obj(reinterpret_cast<FAh*>(ah));
+  return 0;
+}
+
+// RoCE: the receive's GRH names the sender's GID (sgid) and ours (dgid).
+DROCE_EXPORT int ibv_init_ah_from_wc(ibv_context* c, uint8_t port, ibv_wc* wc, ibv_grh* grh, ibv_ah_attr* ah) {
+  if (!(wc->wc_flags & IBV_WC_GRH) || grh == nullptr) return -1;
+  *ah = ibv_ah_attr{};
+  ah->dlid = wc->slid;
+  ah->sl = wc->sl;
+  ah->port_num = port;
+  ah->is_global = 1;
+  ah->grh.dgid = grh->sgid;
+  ah->grh.flow_label = ntohl(grh->version_tclass_flow) & 0xfffff;
+  ah->grh.traffic_class = static_cast<uint8_t>((ntohl(grh->version_tclass_flow) >> 20) & 0xff);
+  ah->grh.hop_limit = 0xff;
+  GidTableResp t{};
+  if (gid_table(c, port, t) == 0) {
+    for (uint32_t i = 0; i < t.count; i++)
+      if (std::memcmp(t.entry[i].gid.raw, grh->dgid.raw, 16) == 0) ah->grh.sgid_index = static_cast<uint8_t>(t.entry[i].gid_index);
+  }
+  return 0;
+}
+
+DROCE_EXPORT ibv_ah* ibv_create_ah_from_wc(ibv_pd* pd, ibv_wc* wc, ibv_grh* grh, uint8_t port) {
+  ibv_ah_attr a{};
+  if (ibv_init_ah_from_wc(pd->context, port, wc, grh, &a) != 0) return fail<ibv_ah>(-EINVAL);
+  return ibv_create_ah(pd, &a);
+}
+
+DROCE_EXPORT int ibv_attach_mcast(ibv_qp*, const ibv_gid*, uint16_t) { return EOPNOTSUPP; }
+DROCE_EXPORT int ibv_detach_mcast(ibv_qp*, const ibv_gid*, uint16_t) { return EOPNOTSUPP; }
+
+// ---- asynchronous events (none are delivered yet) -------------------------------
+
+DROCE_EXPORT int ibv_get_async_event(ibv_context* c, ibv_async_event*) {
+  uint64_t v;
+  while (read(c->async_fd, &v, sizeof(v)) < 0 && errno == EINTR) {
+  }
+  return -1;  // EAGAIN when the program made async_fd nonblocking
+}
+DROCE_EXPORT void ibv_ack_async_event(ibv_async_event*) {}
+
+// ---- fork, sysfs, misc ----------------------------------------------------------
+
+DROCE_EXPORT int ibv_fork_init(void) { return 0; }
+// Registered memory is MAP_SHARED memfd memory: a fork shares it rather than
+// copying on write, so nothing breaks and nothing needs MADV_DONTFORK.
+DROCE_EXPORT ibv_fork_status ibv_is_fork_initialized(void) { return IBV_FORK_UNNEEDED; }
+DROCE_EXPORT int ibv_dontfork_range(void*, size_t) { return 0; }
+DROCE_EXPORT int ibv_dofork_range(void*, size_t) { return 0; }
+
+DROCE_EXPORT const char* ibv_get_sysfs_path(void) { return "/sys"; }
+// droce devices have no sysfs entries.
+DROCE_EXPORT int ibv_read_sysfs_file(const char*, const char*, char*, size_t) { return -1; }
+
+DROCE_EXPORT const char* ibv_wc_status_str(ibv_wc_status s) {
+  auto i = static_cast<size_t>(s);
+  return i < std::size(kWcStatus) ? kWcStatus[i] : "unknown";
+}
+
+DROCE_EXPORT const char* ibv_node_type_str(ibv_node_type t) {
+  static const char* const n[] = {"unknown", "InfiniBand channel adapter", "InfiniBand switch",
+                                  "InfiniBand router", "iWARP NIC", "usNIC", "usNIC UDP", "unspecified"};
+  auto i = static_cast<int>(t);
+  return i >= 0 && i < static_cast<int>(std::size(n)) ? n[i] : "unknown";
+}
+
+DROCE_EXPORT const char* ibv_port_state_str(ibv_port_state s) {
+  static const char* const n[] = {"PORT_NOP", "PORT_DOWN", "PORT_INIT", "PORT_ARMED", "PORT_ACTIVE",
+                                  "PORT_ACTIVE_DEFER"};
+  auto i = static_cast<size_t>(s);
+  return i < std::size(n) ? n[i] : "unknown";
+}
+
+DROCE_EXPORT const char* ibv_event_type_str(ibv_event_type e) {
+  static const char* const n[] = {
+      "CQ error", "local work queue catastrophic error", "invalid request local work queue error",
+      "local access violation work queue error", "communication established", "send queue drained",
+      "path migrated", "path migration request error", "local catastrophic error", "port active", "port error",
+      "LID change", "P_Key change", "SM change", "SRQ catastrophic error", "SRQ limit reached",
+      "last WQE reached", "client reregistration", "GID table change", "WQ fatal"};
+  auto i = static_cast<size_t>(e);
+  return i < std::size(n) ? n[i] : "unknown";
+}
+
+namespace {
+struct RateRow {
+  ibv_rate rate;
+  int mult;
+  int mbps;
+};
+const RateRow kRates[] = {
+    {IBV_RATE_2_5_GBPS, 1, 2500},    {IBV_RATE_5_GBPS, 2, 5000},     {IBV_RATE_10_GBPS, 4, 10000},
+    {IBV_RATE_20_GBPS, 8, 20000},    {IBV_RATE_30_GBPS, 12, 30000},  {IBV_RATE_40_GBPS, 16, 40000},
+    {IBV_RATE_60_GBPS, 24, 60000},   {IBV_RATE_80_GBPS, 32, 80000},  {IBV_RATE_120_GBPS, 48, 120000},
+    {IBV_RATE_14_GBPS, 0, 14062},    {IBV_RATE_56_GBPS, 0, 56250},   {IBV_RATE_112_GBPS, 0, 112500},
+    {IBV_RATE_168_GBPS, 0, 168750},  {IBV_RATE_25_GBPS, 10, 25781},  {IBV_RATE_100_GBPS, 40, 103125},
+    {IBV_RATE_200_GBPS, 80, 206250}, {IBV_RATE_300_GBPS, 120, 309375}, {IBV_RATE_28_GBPS, 11, 28125},
+    {IBV_RATE_50_GBPS, 20, 53125},   {IBV_RATE_400_GBPS, 160, 425000}, {IBV_RATE_600_GBPS, 240, 637500},
+};
+}  // namespace
+
+DROCE_EXPORT int ibv_rate_to_mult(ibv_rate r) {
+  for (const auto& x : kRates)
+    if (x.rate == r && x.mult) return x.mult;
+  return -1;
+}
+DROCE_EXPORT ibv_rate mult_to_ibv_rate(int mult) {
+  for (const auto& x : kRates)
+    if (x.mult == mult && mult) return x.rate;
+  return IBV_RATE_MAX;
+}
+DROCE_EXPORT int ibv_rate_to_mbps(ibv_rate r) {
+  for (const auto& x : kRates)
+    if (x.rate == r) return x.mbps;
+  return -1;
+}
+DROCE_EXPORT ibv_rate mbps_to_ibv_rate(int mbps) {
+  for (const auto& x : kRates)
+    if (x.mbps == mbps) return x.rate;
+  return IBV_RATE_MAX;
+}
+
+// Importing objects of another process's context needs kernel handles.
+DROCE_EXPORT ibv_context* ibv_import_device(int) { return fail<ibv_context>(-EOPNOTSUPP); }
+DROCE_EXPORT ibv_pd* ibv_import_pd(ibv_context*, uint32_t) { return fail<ibv_pd>(-EOPNOTSUPP); }
+DROCE_EXPORT void ibv_unimport_pd(ibv_pd*) {}
+DROCE_EXPORT ibv_mr* ibv_import_mr(ibv_pd*, uint32_t) { return fail<ibv_mr>(-EOPNOTSUPP); }
+DROCE_EXPORT void ibv_unimport_mr(ibv_mr*) {}
+DROCE_EXPORT ibv_dm* ibv_import_dm(ibv_context*, uint32_t) { return fail<ibv_dm>(-EOPNOTSUPP); }
+DROCE_EXPORT void ibv_unimport_dm(ibv_dm*) {}
