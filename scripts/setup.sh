@@ -31,6 +31,7 @@ droce_hugepages() {
   local have
   have=$(cat /proc/sys/vm/nr_hugepages 2>/dev/null || echo 0)
   if [ "${have:-0}" -lt 512 ] || ! grep -q hugetlbfs /proc/mounts; then
+    mkdir -p /dev/hugepages  # dpdk-hugepages.py mounts here; some containers lack it
     dpdk-hugepages.py -p 2M --setup 1G || echo "setup: warning: could not reserve hugepages" >&2
   fi
 }
