@@ -11,7 +11,7 @@ using verbs::WcStatus;
 namespace {
 constexpr const char* kCtrNames[] = {
     "rx_frames",         "rx_parse_err",       "rx_icrc_err",       "rx_no_qp",
-    "rx_bad_state",      "rx_bad_transport",   "tx_frames",         "tx_no_buf",
+    "rx_bad_state",      "rx_bad_transport",   "rx_bad_pkey",       "tx_frames",         "tx_no_buf",
     "req_packets",       "req_retransmits",    "ack_timeouts",      "retry_exceeded",
     "rnr_retry_exceeded", "acks_sent",         "acks_received",     "seq_nak_sent",
     "seq_nak_received",  "rnr_nak_sent",       "rnr_nak_received",  "err_nak_sent",
@@ -418,6 +418,10 @@ void Engine::rx(io::PktBuf* b) noexcept {
                                                    : wire::Transport::UD;
   if (op.transport != want) {
     count(Ctr::RxBadTransport);
+    return;
+  }
+  if ((pkt.h.bth.pkey & 0x7FFF) != (wire::kDefaultPkey & 0x7FFF)) {  // one P_Key: the default partition
+    count(Ctr::RxBadPkey);
     return;
   }
   if (!q->can_receive()) {

@@ -27,6 +27,7 @@ enum class Ctr : uint16_t {
   RxNoQp,        // unknown destination QPN
   RxBadState,    // QP cannot receive in its state
   RxBadTransport,  // opcode of another service type than the QP's
+  RxBadPkey,       // P_Key does not match the port's (full or limited default)
   TxFrames,
   TxNoBuf,       // no TX buffer; packet not sent (retried later or lost)
   ReqPackets,    // request packets sent (new and retransmitted)

@@ -185,6 +185,13 @@ bool requester_run(Engine& e, Qp& q, uint32_t budget) noexcept {
           return false;
         }
         w->npkts = packets_for(q, *w);
+        if (w->npkts > (1u << 22)) {  // more PSNs than half the window allows (2 GiB at MTU 256)
+          w->status = verbs::WcStatus::LocLenErr;
+          w->state = WqeState::Done;
+          ++q.req.idx;
+          completer_retire(e, q);
+          return false;
+        }
         w->first_psn = q.req.psn;
         w->last_psn = psn_add(q.req.psn, w->npkts - 1);
         w->read_pkts_done = 0;

@@ -538,4 +538,10 @@ TEST_CASE("protocol: corrupted and unknown-QP frames are counted and dropped", "
   p.send(w, data);
   CHECK(p.run().empty());
   CHECK(p.dut.eng->counter(Ctr::RxNoQp) == 1);
+  w.bth.dqpn = p.qpn;
+  w.bth.pkey = 0x1234;  // another partition
+  p.send(w, data);
+  CHECK(p.run().empty());
+  CHECK(p.dut.eng->counter(Ctr::RxBadPkey) == 1);
+  CHECK(p.mem->mem[0] != 0x77);
 }
