@@ -303,13 +303,15 @@ void Engine::flush_queues(Qp& q) noexcept {
   q.resp.in_msg = false;
 }
 
-void Engine::qp_to_error(Qp& q) noexcept {
+void Engine::qp_to_error(Qp& q, bool keep_responses) noexcept {
   q.state = QpState::Err;
   q.attr.qp_state = QpState::Err;
   q.comp.deadline = 0;
   q.comp.rnr_wait = false;
-  for (auto& r : q.resp.res) r.active = false;
-  q.resp.emit_head = q.resp.emit_tail = 0;
+  if (!keep_responses) {
+    for (auto& r : q.resp.res) r.active = false;
+    q.resp.emit_head = q.resp.emit_tail = 0;
+  }
   flush_queues(q);
 }
 

@@ -128,7 +128,8 @@ class Engine {
   bool tx_room() const noexcept { return !tx_blocked_; }
   void req_ready(Qp& qp) noexcept;
   void resp_ready(Qp& qp) noexcept;
-  void qp_to_error(Qp& qp) noexcept;
+  // keep_responses: responses already owed (READ/atomic before a NAK) still go out, then the NAK.
+  void qp_to_error(Qp& qp, bool keep_responses = false) noexcept;
   void complete(verbs::Cq* cq, const verbs::Wc& wc) noexcept;
   void send_cnp(Qp& qp, const wire::PacketView& pkt) noexcept;
 

@@ -344,7 +344,7 @@ void fatal_nak(Ctx& c, uint8_t code, WcStatus recv_status) noexcept {
   c.e.count(Ctr::ErrNakSent);
   queue_ack(c.e, q, static_cast<uint8_t>(wire::kAethNak | code), c.psn);
   if (q.resp.have_recv && recv_status != WcStatus::Success) recv_complete(c.e, q, recv_status, q.resp.recv_off, 0, 0, q.attr.dest_qp_num);
-  c.e.qp_to_error(q);
+  c.e.qp_to_error(q, /*keep_responses=*/true);  // responses owed for earlier requests precede the NAK
 }
 
 RespSt drop_msg(Ctx& c) noexcept {

@@ -545,3 +545,50 @@ TEST_CASE("protocol: corrupted and unknown-QP frames are counted and dropped", "
   CHECK(p.dut.eng->counter(Ctr::RxBadPkey) == 1);
   CHECK(p.mem->mem[0] != 0x77);
 }
+
+TEST_CASE("protocol: READs beyond max_dest_rd_atomic are NAKed", "[protocol]") {
+  Proto p;  // max_dest_rd_atomic 4
+  // Receive five READs in one burst (their responses have not gone out yet).
+  for (uint32_t i = 0; i < 5; ++i) {
+    auto h = p.hdr(wire::op::RC_READ_REQUEST, kRqPsn + i);
+    h.ext.reth = {p.mem->addr(), p.mem->key, 16};
+    p.send(h);
+  }
+  auto out = p.run();
+  // Expect four READ responses, then NAK invalid request for the fifth (PSN 1004).
+  int resp = 0;
+  const Frame* nak = nullptr;
+  for (auto& f : out) {
+    if (f.v.h.bth.opcode == wire::op::RC_READ_RESPONSE_ONLY) ++resp;
+    if (f.v.h.bth.opcode == wire::op::RC_ACKNOWLEDGE) nak = &f;
+  }
+  CHECK(resp == 4);  // owed for the first four, sent before the NAK
+  REQUIRE(nak);
+  CHECK(nak == &out.back());
+  CHECK(nak->v.h.ext.aeth.syndrome == (wire::kAethNak | wire::kNakInvalidRequest));
+  CHECK(nak->v.h.bth.psn == kRqPsn + 4);
+  CHECK(p.q().state == QpState::Err);
+}
+
+TEST_CASE("protocol: UC WRITE with a gap is dropped and SEND without a receive is dropped", "[protocol][uc]") {
+  Proto p(QpType::UC);
+  std::vector<uint8_t> a(p.mtu, 0xAA), b(p.mtu, 0xBB);
+  // WRITE_FIRST, (MIDDLE lost), WRITE_LAST: the LAST is dropped, FIRST's bytes stay (UC places as it goes).
+  auto f = p.hdr(wire::op::UC_BASE + 0x06, kRqPsn, false);
+  f.ext.reth = {p.mem->addr(), p.mem->key, 3 * p.mtu};
+  p.send(f, a);
+  p.send(p.hdr(wire::op::UC_BASE + 0x08, kRqPsn + 2, false), b);
+  // A new WRITE_ONLY resynchronises.
+  auto o = p.hdr(wire::op::UC_BASE + 0x0A, kRqPsn + 3, false);
+  o.ext.reth = {p.mem->addr() + 4 * p.mtu, p.mem->key, p.mtu};
+  p.send(o, b);
+  // A SEND with no receive posted: dropped silently (no RNR on UC).
+  p.send(p.hdr(wire::op::UC_BASE + 0x04, kRqPsn + 4, false), b);
+  CHECK(p.run().empty());
+  CHECK(p.mem->mem[0] == 0xAA);
+  CHECK(p.mem->mem[2 * p.mtu] != 0xBB);
+  CHECK(p.mem->mem[4 * p.mtu] == 0xBB);
+  CHECK(p.dut.eng->counter(Ctr::UcMsgDropped) >= 2);
+  CHECK(p.dut.drain(p.dut.rcq).empty());
+  CHECK(p.q().state == QpState::Rts);
+}
