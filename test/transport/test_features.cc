@@ -257,3 +257,66 @@ TEST_CASE("features: QP reset and reuse and destroy", "[features]") {
   CHECK(A.eng->qp(qa) == nullptr);
   CHECK(A.eng->post_send(qa, make_wr(9, WrOpcode::Send, src, 0, 1)) == EINVAL);
 }
+
+TEST_CASE("features: scatter/gather lists on both sides", "[features]") {
+  World w(12);
+  QpOpts o;
+  o.mtu = Mtu::M256;
+  auto [qa, qb] = w.connect(0, 1, QpType::RC, o);
+  Node& A = *w.node[0];
+  Node& B = *w.node[1];
+  auto& s1 = A.buffer(100);
+  auto& s2 = A.buffer(1000);
+  auto& s3 = A.buffer(7);
+  for (auto* b : {&s1, &s2, &s3}) fill_random(b->mem, b->mem.size());
+  auto& r1 = B.buffer(300);
+  auto& r2 = B.buffer(5);
+  auto& r3 = B.buffer(600);
+  auto& r4 = B.buffer(400);
+  RecvWr rw;
+  rw.wr_id = 77;
+  rw.num_sge = 4;
+  rw.sg_list[0] = {r1.addr(), 300, r1.key};
+  rw.sg_list[1] = {r2.addr(), 5, r2.key};
+  rw.sg_list[2] = {r3.addr(), 600, r3.key};
+  rw.sg_list[3] = {r4.addr(), 400, r4.key};
+  REQUIRE(B.eng->post_recv(qb, rw) == 0);
+  SendWr sw;
+  sw.wr_id = 1;
+  sw.opcode = WrOpcode::Send;
+  sw.num_sge = 3;
+  sw.sg_list[0] = {s1.addr(), 100, s1.key};
+  sw.sg_list[1] = {s2.addr(), 1000, s2.key};
+  sw.sg_list[2] = {s3.addr(), 7, s3.key};
+  REQUIRE(A.eng->post_send(qa, sw) == 0);
+  auto c = wait_wcs(w, B, B.rcq, 1);
+  REQUIRE(c.size() == 1);
+  CHECK(c[0].byte_len == 1107);
+  std::vector<uint8_t> sent, got;
+  for (auto* b : {&s1, &s2, &s3}) sent.insert(sent.end(), b->mem.begin(), b->mem.end());
+  for (auto* b : {&r1, &r2, &r3, &r4}) got.insert(got.end(), b->mem.begin(), b->mem.end());
+  CHECK(std::memcmp(sent.data(), got.data(), 1107) == 0);
+  CHECK(got[1107] == 0);
+}
+
+TEST_CASE("features: local protection error on a bad lkey", "[features]") {
+  World w(13);
+  auto [qa, qb] = w.connect(0, 1, QpType::RC);
+  Node& A = *w.node[0];
+  auto& s = A.buffer(100);
+  SendWr ok = make_wr(1, WrOpcode::RdmaWrite, s, 0, 10);
+  ok.rdma = {w.node[1]->buffer(64).addr(), w.node[1]->bufs.back()->key};
+  SendWr bad = make_wr(2, WrOpcode::Send, s, 0, 10);
+  bad.sg_list[0].lkey ^= 0x100;
+  SendWr after = make_wr(3, WrOpcode::Send, s, 0, 10);
+  REQUIRE(A.eng->post_send(qa, ok) == 0);
+  REQUIRE(A.eng->post_send(qa, bad) == 0);
+  REQUIRE(A.eng->post_send(qa, after) == 0);
+  auto c = wait_wcs(w, A, A.scq, 3);
+  REQUIRE(c.size() == 3);
+  CHECK(c[0].status == WcStatus::Success);
+  CHECK(c[1].status == WcStatus::LocProtErr);
+  CHECK(c[2].status == WcStatus::WrFlushErr);
+  CHECK(A.eng->qp(qa)->state == QpState::Err);
+  (void)qb;
+}
