@@ -12,7 +12,7 @@ namespace {
 constexpr const char* kCtrNames[] = {
     "rx_frames",         "rx_parse_err",       "rx_icrc_err",       "rx_no_qp",
     "rx_bad_state",      "rx_bad_transport",   "rx_bad_pkey",       "tx_frames",         "tx_no_buf",
-    "req_packets",       "req_retransmits",    "ack_timeouts",      "retry_exceeded",
+    "req_packets",       "req_retransmits",    "req_gather_err",    "ack_timeouts",      "retry_exceeded",
     "rnr_retry_exceeded", "acks_sent",         "acks_received",     "seq_nak_sent",
     "seq_nak_received",  "rnr_nak_sent",       "rnr_nak_received",  "err_nak_sent",
     "err_nak_received",  "read_resp_sent",     "read_resp_received", "atomic_executed",

@@ -32,6 +32,7 @@ enum class Ctr : uint16_t {
   TxNoBuf,       // no TX buffer; packet not sent (retried later or lost)
   ReqPackets,    // request packets sent (new and retransmitted)
   ReqRetransmits,
+  ReqGatherErr,  // a source MR vanished while its WQE was in flight
   AckTimeouts,
   RetryExceeded,
   RnrRetryExceeded,

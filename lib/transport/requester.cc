@@ -112,8 +112,9 @@ bool build_packet(Engine& e, Qp& q, SendWqe& w, bool* last_of_wqe) noexcept {
   uint8_t* dst = e.begin_frame(h, payload);
   if (!dst) return false;
   if (!gather(e.mrs(), q.pd, w, offset, dst, payload)) {
-    // The MR went away after the WQE was started: send nothing, fail the WQE.
+    // The MR was deregistered while the WQE was in flight (undefined in ibverbs): send zeros, count it.
     std::memset(dst, 0, payload);
+    e.count(Ctr::ReqGatherErr);
   }
   e.end_frame(h, payload);
   q.req.pkts_since_ackreq = h.bth.ackreq ? 0 : q.req.pkts_since_ackreq + 1;
