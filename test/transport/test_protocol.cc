@@ -648,3 +648,74 @@ TEST_CASE("protocol: random well-formed packets never crash the engine", "[proto
     CHECK(rx >= static_cast<uint64_t>(iters));
   }
 }
+
+TEST_CASE("protocol: requester goes back N on NAK sequence error", "[protocol]") {
+  Proto p;
+  for (int i = 0; i < 4; ++i) REQUIRE(p.dut.eng->post_send(p.qpn, make_wr(i, WrOpcode::Send, *p.mem, i, 10)) == 0);
+  auto out = p.run(1000);
+  REQUIRE(out.size() == 4);  // PSN 500..503
+  // Receive NAK sequence error for 502. Expect 502 and 503 again, and completions for 500 and 501.
+  auto nak = p.hdr(wire::op::RC_ACKNOWLEDGE, kSqPsn + 2, false);
+  nak.ext.aeth = {wire::kAethNak | wire::kNakPsnSeqError, 0};
+  p.send(nak);
+  out = p.run(1000);
+  REQUIRE(out.size() == 2);
+  CHECK(out[0].v.h.bth.psn == kSqPsn + 2);
+  CHECK(out[1].v.h.bth.psn == kSqPsn + 3);
+  auto wcs = p.dut.drain(p.dut.scq);
+  REQUIRE(wcs.size() == 2);
+  CHECK(wcs[0].wr_id == 0);
+  CHECK(wcs[1].wr_id == 1);
+  // The same NAK again (duplicated on the wire): no second go-back.
+  p.send(nak);
+  CHECK(p.run(1000).empty());
+  // Receive ACK 503. Expect the last two completions.
+  auto ack = p.hdr(wire::op::RC_ACKNOWLEDGE, kSqPsn + 3, false);
+  ack.ext.aeth = {wire::kAethAck | wire::kAethCreditInvalid, 0};
+  p.send(ack);
+  p.run(1000);
+  wcs = p.dut.drain(p.dut.scq);
+  REQUIRE(wcs.size() == 2);
+  CHECK(wcs[1].wr_id == 3);
+  CHECK(wcs[1].status == WcStatus::Success);
+  CHECK(p.dut.eng->counter(Ctr::ReqRetransmits) == 2);
+}
+
+TEST_CASE("protocol: ACK past an unanswered READ re-requests it", "[protocol]") {
+  Proto p;
+  SendWr rd = make_wr(1, WrOpcode::RdmaRead, *p.mem, 0, 2 * 1024);
+  rd.rdma = {0x10000, 0x4242};
+  REQUIRE(p.dut.eng->post_send(p.qpn, rd) == 0);                                       // PSN 500-501
+  REQUIRE(p.dut.eng->post_send(p.qpn, make_wr(2, WrOpcode::Send, *p.mem, 0, 10)) == 0);  // PSN 502
+  auto out = p.run(1000);
+  REQUIRE(out.size() == 2);
+  // Receive READ_RESPONSE_FIRST for 500 only, then an ACK for 502: the READ's LAST was lost.
+  std::vector<uint8_t> data(1024, 0x3C);
+  auto first = p.hdr(wire::op::RC_READ_RESPONSE_FIRST, kSqPsn, false);
+  first.ext.aeth = {wire::kAethAck | wire::kAethCreditInvalid, 0};
+  p.send(first, data);
+  auto ack = p.hdr(wire::op::RC_ACKNOWLEDGE, kSqPsn + 2, false);
+  ack.ext.aeth = {wire::kAethAck | wire::kAethCreditInvalid, 0};
+  p.send(ack);
+  out = p.run(1000);
+  // Expect a READ request for the missing part only (PSN 501, second KiB), then the SEND again.
+  REQUIRE(out.size() >= 1);
+  CHECK(out[0].v.h.bth.opcode == wire::op::RC_READ_REQUEST);
+  CHECK(out[0].v.h.bth.psn == kSqPsn + 1);
+  CHECK(out[0].v.h.ext.reth.va == 0x10000 + 1024);
+  CHECK(out[0].v.h.ext.reth.len == 1024);
+  CHECK(p.dut.drain(p.dut.scq).empty());
+  // Receive READ_RESPONSE_FIRST/ONLY for 501 and ACK 502. Expect both completions, in order.
+  auto only = p.hdr(wire::op::RC_READ_RESPONSE_ONLY, kSqPsn + 1, false);
+  only.ext.aeth = {wire::kAethAck | wire::kAethCreditInvalid, 0};
+  p.send(only, data);
+  p.send(ack);
+  p.run(1000);
+  auto wcs = p.dut.drain(p.dut.scq);
+  REQUIRE(wcs.size() == 2);
+  CHECK(wcs[0].wr_id == 1);
+  CHECK(wcs[0].status == WcStatus::Success);
+  CHECK(wcs[0].opcode == WcOpcode::RdmaRead);
+  CHECK(wcs[1].wr_id == 2);
+  CHECK(p.mem->mem[1500] == 0x3C);
+}
