@@ -93,6 +93,7 @@ Engine::Engine(const EngineConfig& cfg, io::PacketIo& io, const io::Clock& clock
     : cfg_(cfg), io_(io), clock_(clock) {
   if (cfg_.max_qps < 4) cfg_.max_qps = 4;
   if (cfg_.max_inflight_pkts == 0) cfg_.max_inflight_pkts = 1;
+  if (cfg_.timer_scan_batch == 0) cfg_.timer_scan_batch = 1;
   if (cfg_.max_inflight_pkts > (1u << 22)) cfg_.max_inflight_pkts = 1u << 22;
   if (cfg_.mr_mem == nullptr) {
     const size_t bytes = verbs::MrTable::bytes_for(cfg_.max_mrs) + 64;
@@ -443,8 +444,13 @@ void Engine::rx(io::PktBuf* b) noexcept {
 }
 
 void Engine::run_timers() noexcept {
+  // A bounded slice of the QPs per scan, round robin: O(batch) per poll however many QPs.
   last_timer_scan_ = now_;
-  for (Qp* q : live_qps_) {
+  const size_t n = live_qps_.size();
+  const size_t batch = cfg_.timer_scan_batch < n ? cfg_.timer_scan_batch : n;
+  for (size_t k = 0; k < batch; ++k) {
+    if (timer_cursor_ >= n) timer_cursor_ = 0;
+    Qp* q = live_qps_[timer_cursor_++];
     if (q->type != verbs::QpType::RC || !q->rts_like()) continue;
     completer_timer(*this, *q, now_);
   }

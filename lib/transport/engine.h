@@ -78,7 +78,8 @@ struct EngineConfig {
   uint32_t pkts_per_turn = 32;        // requester packets per QP before moving on (fairness)
   bool ecn = true;                    // send ECT(0); answer CE with CNPs
   uint64_t cnp_interval_ns = 50'000;  // at most one CNP per QP per interval
-  uint64_t timer_scan_ns = 2'000;
+  uint64_t timer_scan_ns = 2'000;     // how often timers are looked at
+  uint32_t timer_scan_batch = 64;     // QPs looked at per scan (round robin), bounding the cost of a poll
 };
 
 class Engine {
@@ -147,6 +148,7 @@ class Engine {
   const io::Clock& clock_;
   uint64_t now_ = 0;
   uint64_t last_timer_scan_ = 0;
+  size_t timer_cursor_ = 0;
 
   std::unique_ptr<uint8_t[]> mr_mem_owned_;
   std::unique_ptr<verbs::MrTable> mrs_;

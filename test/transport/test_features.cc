@@ -320,3 +320,31 @@ TEST_CASE("features: local protection error on a bad lkey", "[features]") {
   CHECK(A.eng->qp(qa)->state == QpState::Err);
   (void)qb;
 }
+
+TEST_CASE("features: 300 QPs under loss with timers round robin", "[features]") {
+  World w(14);
+  memlink::Faults f;
+  f.loss = 0.1;
+  w.link.set_faults(f);
+  QpOpts o;
+  o.timeout = 5;  // 131 us: many timeouts fire, across more QPs than one timer scan looks at
+  o.max_send_wr = 8;
+  o.max_recv_wr = 8;
+  Node& A = *w.node[0];
+  Node& B = *w.node[1];
+  auto& src = A.buffer(1 << 16);
+  auto& dst = B.buffer(300 * 2048);
+  fill_random(src.mem, 1);
+  std::vector<std::pair<uint32_t, uint32_t>> qps;
+  for (int i = 0; i < 300; ++i) qps.push_back(w.connect(0, 1, QpType::RC, o));
+  for (int i = 0; i < 300; ++i) {
+    SendWr wr = make_wr(i, WrOpcode::RdmaWrite, src, i * 16, 2048);
+    wr.rdma = {dst.addr() + i * 2048, dst.key};
+    REQUIRE(A.eng->post_send(qps[i].first, wr) == 0);
+  }
+  auto c = wait_wcs(w, A, A.scq, 300);
+  REQUIRE(c.size() == 300);
+  for (auto& x : c) CHECK(x.status == WcStatus::Success);
+  for (int i = 0; i < 300; ++i) REQUIRE(std::memcmp(dst.mem.data() + i * 2048, src.mem.data() + i * 16, 2048) == 0);
+  CHECK(A.eng->counter(Ctr::AckTimeouts) > 0);
+}
