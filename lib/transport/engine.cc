@@ -131,6 +131,13 @@ verbs::Srq* Engine::create_srq(verbs::Pd pd, uint32_t max_wr) {
   return srqs_.back().get();
 }
 
+const verbs::Ah* Engine::create_ah(verbs::Pd pd, const verbs::Ah& attr) {
+  if (pd.handle == 0 || pd.handle > pd_seq_) return nullptr;
+  if (attr.traffic_class & wire::kEcnMask) return nullptr;  // ECN bits belong to the engine
+  ahs_.push_back(std::make_unique<verbs::Ah>(attr));
+  return ahs_.back().get();
+}
+
 int Engine::create_qp(const verbs::QpInitAttr& init, uint32_t* qpn) {
   if (!qpn || init.pd == 0 || !init.send_cq || !init.recv_cq) return EINVAL;
   if (init.qp_type != verbs::QpType::RC && init.qp_type != verbs::QpType::UC && init.qp_type != verbs::QpType::UD)
@@ -468,8 +475,8 @@ uint64_t Engine::next_timer_ns() const noexcept {
 
 bool Engine::idle() const noexcept { return req_head_ == req_tail_ && resp_head_ == resp_tail_ && tx_len_ == 0; }
 
-uint32_t Engine::poll() noexcept {
-  now_ = clock_.now_ns();
+uint32_t Engine::poll(uint64_t now_ns) noexcept {
+  now_ = now_ns > now_ ? now_ns : now_;  // time never goes back
   tx_blocked_ = false;
   uint32_t work = 0;
   const uint32_t tx_before = static_cast<uint32_t>(counter(Ctr::TxFrames));

@@ -100,6 +100,8 @@ class Engine {
   int dereg_mr(uint32_t key) noexcept { return mrs_->dereg(key); }
   verbs::Cq* create_cq(uint32_t cqe);
   verbs::Srq* create_srq(verbs::Pd pd, uint32_t max_wr);
+  // ibv_create_ah: an address handle for UD work requests (owned by the engine).
+  const verbs::Ah* create_ah(verbs::Pd pd, const verbs::Ah& attr);
   int create_qp(const verbs::QpInitAttr& init, uint32_t* qpn);
   int destroy_qp(uint32_t qpn);
   int modify_qp(uint32_t qpn, const verbs::QpAttr& attr, uint32_t mask) noexcept;
@@ -109,8 +111,10 @@ class Engine {
   int post_srq_recv(verbs::Srq* srq, const verbs::RecvWr& wr) noexcept { return srq->post(wr); }
 
   // ---- data path ----
-  // One pass of the loop. Returns the number of packets received + sent.
-  uint32_t poll() noexcept;
+  // One pass of the loop at time now_ns (from the engine's clock when omitted).
+  // Returns the number of packets received + sent.
+  uint32_t poll(uint64_t now_ns) noexcept;
+  uint32_t poll() noexcept { return poll(clock_.now_ns()); }
   // Earliest time a timer of this engine fires (ACK timeout, RNR wait), or UINT64_MAX.
   uint64_t next_timer_ns() const noexcept;
   bool idle() const noexcept;  // nothing queued to send
@@ -157,6 +161,7 @@ class Engine {
   std::vector<Qp*> live_qps_;
   std::vector<std::unique_ptr<verbs::Cq>> cqs_;
   std::vector<std::unique_ptr<verbs::Srq>> srqs_;
+  std::vector<std::unique_ptr<verbs::Ah>> ahs_;
 
   // Ready lists: FIFO rings of QPs with work (capacity max_qps, each QP at most once).
   std::unique_ptr<Qp*[]> req_q_, resp_q_;

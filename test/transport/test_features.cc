@@ -175,8 +175,11 @@ TEST_CASE("features: UD to several nodes", "[features][ud]") {
     uq.push_back(q);
     rbs.push_back(&N.buffer(4096));
     REQUIRE(N.eng->post_recv(q, make_recv(n, *rbs.back(), 0, 2048)) == 0);
-    ahs.push_back(N.ah());
+    const Ah* ah = A.eng->create_ah(A.pd, N.ah());
+    REQUIRE(ah);
+    ahs.push_back(*ah);
   }
+  CHECK(A.eng->create_ah(Pd{0}, ahs[0]) == nullptr);
   for (int n = 0; n < 2; ++n) {
     SendWr wr = make_wr(n, WrOpcode::SendImm, src, n * 100, 500);
     wr.imm_data = 0x1000 + n;
