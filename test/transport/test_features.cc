@@ -351,3 +351,101 @@ TEST_CASE("features: 300 QPs under loss with timers round robin", "[features]") 
   for (int i = 0; i < 300; ++i) REQUIRE(std::memcmp(dst.mem.data() + i * 2048, src.mem.data() + i * 16, 2048) == 0);
   CHECK(A.eng->counter(Ctr::AckTimeouts) > 0);
 }
+
+namespace {
+// A backend that takes at most `per_call` frames per tx_burst (like a full NIC ring).
+class ThrottledIo final : public io::PacketIo {
+ public:
+  ThrottledIo(io::PacketIo& inner, uint16_t per_call) : in_(inner), per_call_(per_call) {}
+  uint16_t rx_burst(io::PktBuf** b, uint16_t n) noexcept override { return in_.rx_burst(b, n); }
+  uint16_t alloc_burst(io::PktBuf** b, uint16_t n) noexcept override { return in_.alloc_burst(b, n); }
+  uint16_t tx_burst(io::PktBuf** b, uint16_t n) noexcept override {
+    ++calls;
+    return in_.tx_burst(b, n < per_call_ ? n : per_call_);
+  }
+  void free_burst(io::PktBuf** b, uint16_t n) noexcept override { in_.free_burst(b, n); }
+  uint32_t buf_capacity() const noexcept override { return in_.buf_capacity(); }
+  wire::MacAddr mac() const noexcept override { return in_.mac(); }
+  uint64_t calls = 0;
+
+ private:
+  io::PacketIo& in_;
+  uint16_t per_call_;
+};
+}  // namespace
+
+TEST_CASE("features: partial tx_burst and an exhausted buffer pool", "[features]") {
+  memlink::VirtualClock clock;
+  memlink::Link link(clock, 3, 48, 4096 + 256);  // 48 buffers for everything in flight
+  auto& pa = link.add_port(mac_of(0));
+  auto& pb = link.add_port(mac_of(1));
+  ThrottledIo ta(pa, 3);
+  EngineConfig ca, cb;
+  ca.mac = mac_of(0);
+  ca.gid = gid_of(0);
+  cb.mac = mac_of(1);
+  cb.gid = gid_of(1);
+  Engine a(ca, ta, clock), b(cb, pb, clock);
+  Pd pda = a.alloc_pd(), pdb = b.alloc_pd();
+  Cq* sa = a.create_cq(64);
+  Cq* sb = b.create_cq(64);
+  QpInitAttr init;
+  init.send_cq = init.recv_cq = sa;
+  init.pd = pda.handle;
+  uint32_t qa = 0, qb = 0;
+  REQUIRE(a.create_qp(init, &qa) == 0);
+  init.send_cq = init.recv_cq = sb;
+  init.pd = pdb.handle;
+  REQUIRE(b.create_qp(init, &qb) == 0);
+  auto up = [](Engine& e, uint32_t q, uint32_t peer, int idx) {
+    QpAttr x;
+    x.qp_state = QpState::Init;
+    x.qp_access_flags = kAccessRemoteWrite | kAccessRemoteRead;
+    REQUIRE(e.modify_qp(q, x, kQpState | kQpPkeyIndex | kQpPort | kQpAccessFlags) == 0);
+    x.qp_state = QpState::Rtr;
+    x.path_mtu = Mtu::M1024;
+    x.dest_qp_num = peer;
+    x.ah_attr.dmac = mac_of(idx);
+    x.ah_attr.dgid = gid_of(idx);
+    REQUIRE(e.modify_qp(q, x, kQpState | kQpAv | kQpPathMtu | kQpDestQpn | kQpRqPsn | kQpMaxDestRdAtomic | kQpMinRnrTimer) == 0);
+    x.qp_state = QpState::Rts;
+    x.timeout = 8;
+    REQUIRE(e.modify_qp(q, x, kQpState | kQpSqPsn | kQpTimeout | kQpRetryCnt | kQpRnrRetry | kQpMaxQpRdAtomic) == 0);
+  };
+  up(a, qa, qb, 1);
+  up(b, qb, qa, 0);
+  std::vector<uint8_t> src(1 << 20), dst(1 << 20), back(1 << 20);
+  fill_random(src, 4);
+  uint32_t ks, kd, kb;
+  REQUIRE(a.reg_mr(pda, src.data(), src.size(), kAccessLocalWrite, &ks) == 0);
+  REQUIRE(a.reg_mr(pda, back.data(), back.size(), kAccessLocalWrite, &kb) == 0);
+  REQUIRE(b.reg_mr(pdb, dst.data(), dst.size(), kAccessAll, &kd) == 0);
+  SendWr wr;
+  wr.wr_id = 1;
+  wr.opcode = WrOpcode::RdmaWrite;
+  wr.num_sge = 1;
+  wr.sg_list[0] = {reinterpret_cast<uint64_t>(src.data()), 1u << 20, ks};
+  wr.rdma = {reinterpret_cast<uint64_t>(dst.data()), kd};
+  REQUIRE(a.post_send(qa, wr) == 0);
+  wr.wr_id = 2;
+  wr.opcode = WrOpcode::RdmaRead;
+  wr.sg_list[0] = {reinterpret_cast<uint64_t>(back.data()), 1u << 20, kb};
+  REQUIRE(a.post_send(qa, wr) == 0);
+  std::vector<Wc> got;
+  for (int it = 0; it < 2'000'000 && got.size() < 2; ++it) {
+    const uint32_t work = a.poll() + b.poll();
+    Wc wc[4];
+    const int n = sa->poll(wc, 4);
+    got.insert(got.end(), wc, wc + n);
+    if (!work) clock.advance(1000);
+  }
+  REQUIRE(got.size() == 2);
+  CHECK(got[0].status == WcStatus::Success);
+  CHECK(got[1].status == WcStatus::Success);
+  CHECK((src == dst));
+  CHECK((back == dst));
+  CHECK(link.counter(memlink::Counter::PoolEmpty) > 0);
+  CHECK(a.counter(Ctr::TxNoBuf) + b.counter(Ctr::TxNoBuf) > 0);
+  CHECK(ta.calls > 0);
+  CHECK(link.free_bufs() + link.in_flight() <= 48);
+}
