@@ -120,6 +120,11 @@ class Engine {
   bool idle() const noexcept;  // nothing queued to send
 
   uint64_t counter(Ctr c) const noexcept { return ctr_.v[static_cast<size_t>(c)]; }
+  // Control path: f(name, value) for every counter, e.g. for a stats dump.
+  template <typename F>
+  void for_each_counter(F&& f) const {
+    for (size_t i = 0; i < static_cast<size_t>(Ctr::kCount); ++i) f(ctr_name(static_cast<Ctr>(i)), ctr_.v[i]);
+  }
   Qp* qp(uint32_t qpn) noexcept { return qpn < qps_.size() ? qps_[qpn].get() : nullptr; }
   const EngineConfig& config() const noexcept { return cfg_; }
   uint64_t now() const noexcept { return now_; }

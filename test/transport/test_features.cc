@@ -350,6 +350,13 @@ TEST_CASE("features: 300 QPs under loss with timers round robin", "[features]") 
   for (auto& x : c) CHECK(x.status == WcStatus::Success);
   for (int i = 0; i < 300; ++i) REQUIRE(std::memcmp(dst.mem.data() + i * 2048, src.mem.data() + i * 16, 2048) == 0);
   CHECK(A.eng->counter(Ctr::AckTimeouts) > 0);
+  size_t named = 0;
+  A.eng->for_each_counter([&](const char* name, uint64_t v) {
+    CHECK(std::string(name) != "unknown");
+    if (std::string(name) == "ack_timeouts") CHECK(v == A.eng->counter(Ctr::AckTimeouts));
+    ++named;
+  });
+  CHECK(named == static_cast<size_t>(Ctr::kCount));
 }
 
 namespace {
