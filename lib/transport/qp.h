@@ -40,7 +40,6 @@ struct RespResource {
   uint64_t va = 0;     // READ: address of the next byte to send
   uint32_t resid = 0;  // READ: bytes left to send
   uint32_t cur_psn = 0;
-  bool started = false;  // a FIRST (or ONLY) packet of this run has been sent
   uint64_t orig = 0;     // atomic: value returned (replayed for duplicates)
   uint8_t* host = nullptr;  // READ: host pointer of va
 };

@@ -317,7 +317,6 @@ RespSt duplicate(Ctx& c) noexcept {
       res.resid = reth.len;
       res.host = host;
       res.cur_psn = c.psn;
-      res.started = false;
       res.active = true;
       if (!queued) queue_resource(q, i);
       c.e.count(Ctr::ReadReplayed);
@@ -484,7 +483,10 @@ bool responder_tx(Engine& e, Qp& q, uint32_t budget) noexcept {
       res.active = false;
       ++r.emit_tail;
     } else {
-      const bool first = !res.started, last = res.resid <= q.mtu;
+      // Position within the original response (rxe does the same, and rxe's requester
+      // rejects a FIRST that restarts in the middle of a READ): a re-executed partial
+      // READ continues with MIDDLE/LAST.
+      const bool first = res.cur_psn == res.first_psn, last = res.resid <= q.mtu;
       const uint32_t plen = last ? res.resid : q.mtu;
       h.bth.opcode = first && last ? wire::op::RC_READ_RESPONSE_ONLY
                      : first       ? wire::op::RC_READ_RESPONSE_FIRST
@@ -495,7 +497,6 @@ bool responder_tx(Engine& e, Qp& q, uint32_t budget) noexcept {
       if (plen) std::memcpy(dst, res.host, plen);
       e.end_frame(h, plen);
       e.count(Ctr::ReadRespSent);
-      res.started = true;
       res.host += plen;
       res.va += plen;
       res.resid -= plen;

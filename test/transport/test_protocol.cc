@@ -152,13 +152,14 @@ TEST_CASE("protocol: duplicate READ is re-executed", "[protocol]") {
   CHECK(out[0].v.h.bth.psn == kRqPsn);
   CHECK(out[0].v.payload()[0] == 0xAB);
   CHECK(p.dut.eng->counter(Ctr::ReadReplayed) == 1);
-  // Receive a retried READ for the last two packets only (PSN 1001). Expect FIRST, LAST at 1001, 1002.
+  // Receive a retried READ for the last two packets only (PSN 1001). Expect MIDDLE, LAST at 1001,
+  // 1002: positions of the original response, as rxe sends them (and as rxe's requester checks).
   auto h2 = p.hdr(wire::op::RC_READ_REQUEST, kRqPsn + 1);
   h2.ext.reth = {p.mem->addr() + 10 + p.mtu, p.mem->key, 2 * p.mtu};
   p.send(h2);
   out = p.run();
   REQUIRE(out.size() == 2);
-  CHECK(out[0].v.h.bth.opcode == wire::op::RC_READ_RESPONSE_FIRST);
+  CHECK(out[0].v.h.bth.opcode == wire::op::RC_READ_RESPONSE_MIDDLE);
   CHECK(out[0].v.h.bth.psn == kRqPsn + 1);
   CHECK(out[1].v.h.bth.opcode == wire::op::RC_READ_RESPONSE_LAST);
   CHECK(out[1].v.h.bth.psn == kRqPsn + 2);
