@@ -401,7 +401,150 @@ int replay_requester(const std::string& name, Mtu mtu) {
   return compared;
 }
 
+// UC and UD (rxe-ud-uc): droce's requester sends what rxe sent for the same
+// WRs, and droce's responder completes a receive for every message rxe's
+// requester sent (UD: payload + 40-byte GRH, the sender's QPN).
+int replay_uc_ud(const std::string& name) {
+  const auto pkts = load(name);
+  std::map<uint32_t, std::vector<const Pkt*>> sessions;
+  for (auto& p : pkts)
+    if (p.v.op->transport == wire::Transport::UC || p.v.op->transport == wire::Transport::UD)
+      sessions[p.v.h.bth.dqpn].push_back(&p);
+  int compared = 0;
+  for (auto& [qpn, frames] : sessions) {
+    const QpType type = frames.front()->v.op->transport == wire::Transport::UD ? QpType::UD : QpType::UC;
+    std::set<wire::MacAddr> sides;
+    for (auto* p : frames) sides.insert(p->v.h.l2.dst);
+    for (const wire::MacAddr& side : sides) {
+      std::vector<const Pkt*> req;
+      for (auto* p : frames)
+        if (p->v.h.l2.dst == side) req.push_back(p);
+      INFO(name << " session qpn " << qpn << " to side " << int(side[5]));
+      const uint32_t qkey = type == QpType::UD ? req.front()->v.h.ext.deth.qkey : 0;
+      memlink::VirtualClock clock;
+      memlink::Link link(clock, 1, 1024, 9200);
+      Node dut(0, link, clock, EngineConfig{});
+      memlink::Port& peer = link.add_port(mac_of(1));
+      auto make = [&](uint32_t* q) {
+        QpInitAttr init;
+        init.qp_type = type;
+        init.pd = dut.pd.handle;
+        init.send_cq = dut.scq;
+        init.recv_cq = dut.rcq;
+        init.cap.max_send_wr = 1024;
+        init.cap.max_recv_wr = 1024;
+        REQUIRE(dut.eng->create_qp(init, q) == 0);
+        QpAttr a;
+        a.qp_state = QpState::Init;
+        a.qkey = qkey;
+        a.qp_access_flags = kAccessRemoteWrite;
+        REQUIRE(dut.eng->modify_qp(*q, a, kQpState | kQpPkeyIndex | kQpPort | (type == QpType::UD ? kQpQkey : kQpAccessFlags)) == 0);
+        a.qp_state = QpState::Rtr;
+        a.path_mtu = Mtu::M1024;
+        a.dest_qp_num = qpn;
+        a.rq_psn = req.front()->v.h.bth.psn;
+        a.ah_attr.dmac = mac_of(1);
+        a.ah_attr.dgid = gid_of(1);
+        REQUIRE(dut.eng->modify_qp(*q, a, kQpState | (type == QpType::UC ? kQpAv | kQpPathMtu | kQpDestQpn | kQpRqPsn : 0)) == 0);
+        dut.eng->qp(*q)->mtu = 1024;
+        a.qp_state = QpState::Rts;
+        a.sq_psn = req.front()->v.h.bth.psn;
+        REQUIRE(dut.eng->modify_qp(*q, a, kQpState | kQpSqPsn) == 0);
+      };
+      uint32_t rq = 0, sq = 0;
+      make(&rq);
+      make(&sq);
+      auto& local = dut.buffer(1 << 20);
+      // Responder: every message the peer sent gets a receive completion.
+      for (int i = 0; i < 64; ++i) REQUIRE(dut.eng->post_recv(rq, make_recv(i, local, i * 8192, 8192)) == 0);
+      std::vector<uint32_t> msg_len;
+      uint32_t acc = 0;
+      for (auto* p : req) {
+        if (p->v.op->is_first()) acc = 0;
+        acc += p->v.payload_len;
+        if (p->v.op->is_last() && (p->v.op->flags & wire::kOpConsumesRecv)) msg_len.push_back(acc);
+        wire::Headers h = p->v.h;
+        h.l2.src = mac_of(1);
+        h.l2.dst = mac_of(0);
+        h.l3.src = gid_of(1);
+        h.l3.dst = gid_of(0);
+        h.bth.dqpn = rq;
+        if (p->v.op->off_reth) h.ext.reth = {local.addr() + 600000, local.key, h.ext.reth.len};
+        io::PktBuf* b = nullptr;
+        REQUIRE(peer.alloc_burst(&b, 1) == 1);
+        b->len = static_cast<uint32_t>(wire::build_frame({b->data, b->cap}, h, p->v.payload_span()));
+        REQUIRE(peer.tx_burst(&b, 1) == 1);
+        dut.eng->poll();
+      }
+      auto wcs = dut.drain(dut.rcq);
+      REQUIRE(wcs.size() == msg_len.size());
+      for (size_t i = 0; i < wcs.size(); ++i) {
+        CHECK(wcs[i].status == WcStatus::Success);
+        CHECK(wcs[i].byte_len == msg_len[i] + (type == QpType::UD ? kGrhBytes : 0));
+        if (type == QpType::UD) CHECK(wcs[i].src_qp == req[i]->v.h.ext.deth.sqpn);
+      }
+      // Requester: the same WRs give the same packets.
+      Ah ah;
+      ah.dmac = mac_of(1);
+      ah.dgid = gid_of(1);
+      int wrs = 0;
+      for (size_t i = 0; i < req.size(); ++i) {
+        const auto& v = req[i]->v;
+        if (!v.op->is_first()) continue;
+        size_t end = i;
+        while (!req[end]->v.op->is_last()) ++end;
+        const auto& lastv = req[end]->v;
+        uint64_t len = 0;
+        for (size_t k = i; k <= end; ++k) len += req[k]->v.payload_len;
+        SendWr wr;
+        wr.wr_id = static_cast<uint64_t>(wrs++);
+        if (v.op->flags & wire::kOpSend) {
+          wr.opcode = lastv.op->off_imm ? WrOpcode::SendImm : WrOpcode::Send;
+        } else {
+          wr.opcode = lastv.op->off_imm ? WrOpcode::RdmaWriteImm : WrOpcode::RdmaWrite;
+          len = v.h.ext.reth.len;
+          wr.rdma = {v.h.ext.reth.va, v.h.ext.reth.rkey};
+        }
+        wr.imm_data = lastv.h.ext.imm;
+        if (lastv.h.bth.se) wr.send_flags |= kSendSolicited;
+        wr.num_sge = 1;
+        wr.sg_list[0] = {local.addr(), static_cast<uint32_t>(len), local.key};
+        wr.ud = {&ah, qpn, v.h.ext.deth.qkey};
+        REQUIRE(dut.eng->post_send(sq, wr) == 0);
+      }
+      std::vector<std::vector<uint8_t>> store;
+      for (int k = 0; k < 50; ++k) {
+        dut.eng->poll();
+        io::PktBuf* rx[32];
+        const uint16_t n = peer.rx_burst(rx, 32);
+        for (uint16_t i = 0; i < n; ++i) store.emplace_back(rx[i]->data, rx[i]->data + rx[i]->len);
+        peer.free_burst(rx, n);
+      }
+      REQUIRE(store.size() == req.size());
+      for (size_t i = 0; i < req.size(); ++i) {
+        wire::PacketView m;
+        REQUIRE(wire::parse_frame(store[i], m) == wire::ParseError::Ok);
+        const auto& r = req[i]->v.h;
+        INFO("request " << i);
+        CHECK(m.h.bth.opcode == r.bth.opcode);
+        CHECK(m.h.bth.psn == r.bth.psn);
+        CHECK(m.h.bth.ackreq == r.bth.ackreq);
+        CHECK(m.h.bth.se == r.bth.se);
+        CHECK(m.payload_len == req[i]->v.payload_len);
+        if (req[i]->v.op->off_reth) CHECK(m.h.ext.reth.len == r.ext.reth.len);
+        if (req[i]->v.op->off_deth) CHECK(m.h.ext.deth.qkey == r.ext.deth.qkey);
+        if (req[i]->v.op->off_imm) CHECK(m.h.ext.imm == r.ext.imm);
+      }
+      CHECK(dut.drain(dut.scq).size() == static_cast<size_t>(wrs));
+      ++compared;
+    }
+  }
+  return compared;
+}
+
 }  // namespace
+
+TEST_CASE("rxe replay: UC and UD", "[rxe]") { CHECK(replay_uc_ud("rxe-ud-uc") >= 6); }
 
 TEST_CASE("rxe replay: requester sends what rxe sent", "[rxe]") {
   CHECK(replay_requester("rxe-rc-reference", Mtu::M1024) >= 8);
