@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "transport/engine.h"
+#include "transport/states.h"
 
 namespace droce::transport {
 
@@ -19,8 +20,6 @@ using verbs::WrOpcode;
 using wire::psn_add;
 
 namespace {
-
-enum class CompSt : uint8_t { CheckPsn, Ack, ReadResp, AtomicAck, Nak, RnrNak, Retire, Drop, Done };
 
 inline bool is_rd_atomic(WrOpcode o) noexcept {
   return o == WrOpcode::RdmaRead || o == WrOpcode::AtomicCmpSwp || o == WrOpcode::AtomicFetchAdd;
@@ -314,6 +313,7 @@ void completer_rx(Engine& e, Qp& q, const wire::PacketView& pkt) noexcept {
         break;
 
       case CompSt::Done:
+      case CompSt::kCount:
         break;
     }
   }

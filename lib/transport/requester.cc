@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "transport/engine.h"
+#include "transport/states.h"
 
 namespace droce::transport {
 
@@ -20,8 +21,6 @@ using wire::psn_add;
 using wire::psn_diff;
 
 namespace {
-
-enum class ReqSt : uint8_t { GetWqe, CheckLimits, StartWqe, BuildPacket, Advance, Stop, Yield };
 
 inline bool is_rd_atomic(WrOpcode o) noexcept {
   return o == WrOpcode::RdmaRead || o == WrOpcode::AtomicCmpSwp || o == WrOpcode::AtomicFetchAdd;
@@ -241,10 +240,8 @@ bool requester_run(Engine& e, Qp& q, uint32_t budget) noexcept {
         break;
       }
 
-      case ReqSt::Advance:
-        st = ReqSt::GetWqe;
-        break;
       case ReqSt::Stop:
+      case ReqSt::kCount:
         return false;
       case ReqSt::Yield:
         return true;

@@ -14,6 +14,7 @@
 #include <cstring>
 
 #include "transport/engine.h"
+#include "transport/states.h"
 
 namespace droce::transport {
 
@@ -23,11 +24,6 @@ using wire::psn_add;
 using wire::psn_diff;
 
 namespace {
-
-enum class RespSt : uint8_t {
-  CheckPsn, CheckOpSeq, CheckLength, CheckResource, CheckRkey, Execute, Complete, Acknowledge,
-  Duplicate, ErrNakSeq, ErrRnr, ErrInvReq, ErrRemAccess, ErrRemOp, ErrLength, DropMsg, Done
-};
 
 struct Ctx {
   Engine& e;
@@ -457,7 +453,10 @@ void responder_rx(Engine& e, Qp& q, const wire::PacketView& pkt) noexcept {
         st = RespSt::Done;
         break;
       case RespSt::DropMsg: st = drop_msg(c); break;
-      case RespSt::Done: break;
+      case RespSt::Done:
+      case RespSt::kCount:
+        st = RespSt::Done;
+        break;
     }
   }
 }
