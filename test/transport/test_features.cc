@@ -456,3 +456,59 @@ TEST_CASE("features: partial tx_burst and an exhausted buffer pool", "[features]
   CHECK(ta.calls > 0);
   CHECK(link.free_bufs() + link.in_flight() <= 48);
 }
+
+TEST_CASE("features: IPv6 GIDs and VLAN tags with ECN and UD GRH", "[features]") {
+  World w(15, 2, EngineConfig{}, 4096, /*ipv6=*/true);
+  for (auto& n : w.node) {
+    n->vlan = true;
+    n->vlan_tci = 0x2064;  // PCP 1, VID 100
+  }
+  memlink::Faults f;
+  f.ce_mark = 0.5;
+  w.link.set_faults(f);
+  w.link.record(true);
+  auto [qa, qb] = w.connect(0, 1, QpType::RC);
+  Node& A = *w.node[0];
+  Node& B = *w.node[1];
+  auto& src = A.buffer(1 << 16);
+  auto& dst = B.buffer(1 << 16);
+  fill_random(src.mem, 8);
+  SendWr wr = make_wr(1, WrOpcode::RdmaWrite, src, 0, 20000);
+  wr.rdma = {dst.addr(), dst.key};
+  REQUIRE(A.eng->post_send(qa, wr) == 0);
+  auto c = wait_wcs(w, A, A.scq, 1);
+  REQUIRE(c.size() == 1);
+  CHECK(c[0].status == WcStatus::Success);
+  CHECK(std::memcmp(src.mem.data(), dst.mem.data(), 20000) == 0);
+  w.settle();
+  CHECK(B.eng->counter(Ctr::CeReceived) > 0);
+  CHECK(B.eng->counter(Ctr::CnpSent) > 0);
+  CHECK(A.eng->counter(Ctr::CnpReceived) == B.eng->counter(Ctr::CnpSent));
+  int seen = 0;
+  for (auto& s : parsed(w.link)) {
+    CHECK(s.v.h.l3.ipv6);
+    CHECK(s.v.h.l2.vlan);
+    CHECK((s.v.h.l2.vlan_tci & 0x0FFF) == 100);
+    ++seen;
+  }
+  CHECK(seen > 0);
+  // UD over IPv6: the GRH is the IPv6 header as received.
+  QpOpts o;
+  const uint32_t ua = w.create_qp(A, QpType::UD, o, nullptr), ub = w.create_qp(B, QpType::UD, o, nullptr);
+  REQUIRE(w.to_rts(A, ua, QpType::UD, o, B, 0, 0, 0) == 0);
+  REQUIRE(w.to_rts(B, ub, QpType::UD, o, A, 0, 0, 0) == 0);
+  auto& rb = B.buffer(4096);
+  REQUIRE(B.eng->post_recv(ub, make_recv(5, rb, 0, 4096)) == 0);
+  Ah ah = B.ah();
+  SendWr u = make_wr(2, WrOpcode::Send, src, 0, 100);
+  u.ud = {&ah, ub, o.qkey};
+  REQUIRE(A.eng->post_send(ua, u) == 0);
+  auto r = wait_wcs(w, B, B.rcq, 1);
+  REQUIRE(r.size() == 1);
+  CHECK(r[0].byte_len == 140);
+  CHECK((rb.mem[0] >> 4) == 6);                                           // IPv6 version
+  CHECK(std::memcmp(rb.mem.data() + 8, gid6_of(0).data(), 16) == 0);    // source GID
+  CHECK(std::memcmp(rb.mem.data() + 24, gid6_of(1).data(), 16) == 0);   // destination GID
+  CHECK(std::memcmp(rb.mem.data() + 40, src.mem.data(), 100) == 0);
+  (void)qb;
+}
