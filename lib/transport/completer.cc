@@ -195,7 +195,12 @@ void completer_retire(Engine& e, Qp& q) noexcept {
     }
     ++q.sq.tail;
     if (w.status != WcStatus::Success) {
-      e.qp_to_error(q);  // flushes the rest (IBTA ch. 10: a completion error moves the QP to ERR)
+      // IBTA ch. 10: a completion error moves an RC QP to ERR; UC/UD send errors to SQE.
+      if (q.type == verbs::QpType::RC) {
+        e.qp_to_error(q);
+      } else {
+        e.sq_to_error(q);
+      }
       return;
     }
   }

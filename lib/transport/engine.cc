@@ -240,6 +240,7 @@ int Engine::modify_qp(uint32_t qpn, const verbs::QpAttr& attr, uint32_t mask) no
     q->comp.retry_left = q->attr.retry_cnt;
     q->comp.rnr_left = q->attr.rnr_retry;
   }
+  if (next == QpState::Rts && old == QpState::Sqe) q->req.idx = q->sq.tail;
   if (next == QpState::Rts && !q->sq.empty()) req_ready(*q);
   return 0;
 }
@@ -256,8 +257,8 @@ int Engine::post_send(uint32_t qpn, const verbs::SendWr& wr) noexcept {
   Qp* q = qp(qpn);
   if (!q) return EINVAL;
   if (int rc = q->post_send(wr)) return rc;
-  if (q->state == QpState::Err) {
-    flush_queues(*q);
+  if (q->state == QpState::Err || q->state == QpState::Sqe) {
+    flush_queues(*q, q->state == QpState::Sqe);
   } else if (q->state == QpState::Rts) {
     req_ready(*q);
   }
@@ -276,7 +277,7 @@ void Engine::complete(verbs::Cq* cq, const verbs::Wc& wc) noexcept {
   if (!cq->push(wc)) count(Ctr::CqOverrun);
 }
 
-void Engine::flush_queues(Qp& q) noexcept {
+void Engine::flush_queues(Qp& q, bool send_only) noexcept {
   // Every WQE not yet retired completes with WR_FLUSH_ERR (always reported).
   while (!q.sq.empty()) {
     verbs::SendWqe& w = q.sq.at(q.sq.tail);
@@ -290,6 +291,7 @@ void Engine::flush_queues(Qp& q) noexcept {
   }
   q.req.idx = q.sq.tail;
   q.req.rd_atomic_out = 0;
+  if (send_only) return;
   if (q.resp.have_recv) {
     verbs::Wc wc;
     wc.wr_id = q.resp.recv.wr_id;
@@ -321,6 +323,13 @@ void Engine::qp_to_error(Qp& q, bool keep_responses) noexcept {
     q.resp.emit_head = q.resp.emit_tail = 0;
   }
   flush_queues(q);
+}
+
+void Engine::sq_to_error(Qp& q) noexcept {
+  // UC/UD send errors (IBTA ch. 10): the send queue stops and is flushed, receives go on.
+  q.state = QpState::Sqe;
+  q.attr.qp_state = QpState::Sqe;
+  flush_queues(q, /*send_only=*/true);
 }
 
 void Engine::req_ready(Qp& q) noexcept {

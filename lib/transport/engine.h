@@ -141,6 +141,8 @@ class Engine {
   void resp_ready(Qp& qp) noexcept;
   // keep_responses: responses already owed (READ/atomic before a NAK) still go out, then the NAK.
   void qp_to_error(Qp& qp, bool keep_responses = false) noexcept;
+  // UC/UD: a send error moves the QP to SQE (send queue flushed, receive side keeps working).
+  void sq_to_error(Qp& qp) noexcept;
   void complete(verbs::Cq* cq, const verbs::Wc& wc) noexcept;
   void send_cnp(Qp& qp, const wire::PacketView& pkt) noexcept;
 
@@ -148,7 +150,7 @@ class Engine {
   void rx(io::PktBuf* b) noexcept;
   void run_timers() noexcept;
   void flush_tx() noexcept;
-  void flush_queues(Qp& qp) noexcept;
+  void flush_queues(Qp& qp, bool send_only = false) noexcept;
   void build_template(Qp& qp) noexcept;
   void reset_transport(Qp& qp) noexcept;
 

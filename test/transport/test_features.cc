@@ -195,13 +195,42 @@ TEST_CASE("features: UD to several nodes", "[features][ud]") {
     CHECK(std::memcmp(rbs[n - 1]->mem.data() + 40, src.mem.data() + (n - 1) * 100, 500) == 0);
     CHECK(rbs[n - 1]->mem[20 + 15] == 1);  // source 10.0.0.1 in the GRH
   }
-  // Larger than the path MTU: LOC_LEN_ERR.
+  // Larger than the path MTU: LOC_LEN_ERR, and the QP goes to SQE (send side only).
   SendWr big = make_wr(9, WrOpcode::Send, src, 0, 2000);
   big.ud = {&ahs[0], uq[0], o.qkey};
   REQUIRE(A.eng->post_send(ua, big) == 0);
   auto c = wait_wcs(w, A, A.scq, 3);
   REQUIRE(c.size() == 3);
   CHECK(c[2].status == WcStatus::LocLenErr);
+  CHECK(A.eng->qp(ua)->state == QpState::Sqe);
+  SendWr more = make_wr(10, WrOpcode::Send, src, 0, 10);
+  more.ud = {&ahs[0], uq[0], o.qkey};
+  REQUIRE(A.eng->post_send(ua, more) == 0);  // flushed at once in SQE
+  c = wait_wcs(w, A, A.scq, 1);
+  REQUIRE(c.size() == 1);
+  CHECK(c[0].status == WcStatus::WrFlushErr);
+  // The receive side still works in SQE.
+  auto& arb = A.buffer(4096);
+  REQUIRE(A.eng->post_recv(ua, make_recv(11, arb, 0, 4096)) == 0);
+  Ah back = A.ah();
+  SendWr reply = make_wr(12, WrOpcode::Send, *w.node[1]->bufs.front(), 0, 30);
+  reply.ud = {&back, ua, o.qkey};
+  REQUIRE(w.node[1]->eng->post_send(uq[0], reply) == 0);
+  auto rr = wait_wcs(w, A, A.rcq, 1);
+  REQUIRE(rr.size() == 1);
+  CHECK(rr[0].status == WcStatus::Success);
+  CHECK(rr[0].byte_len == 70);
+  // SQE -> RTS resumes sending.
+  QpAttr to_rts;
+  to_rts.qp_state = QpState::Rts;
+  REQUIRE(A.eng->modify_qp(ua, to_rts, kQpState) == 0);
+  SendWr again = make_wr(13, WrOpcode::Send, src, 0, 10);
+  again.ud = {&ahs[0], uq[0], o.qkey};
+  REQUIRE(w.node[1]->eng->post_recv(uq[0], make_recv(14, *rbs[0], 2048, 2048)) == 0);
+  REQUIRE(A.eng->post_send(ua, again) == 0);
+  c = wait_wcs(w, A, A.scq, 1);
+  REQUIRE(c.size() == 1);
+  CHECK(c[0].status == WcStatus::Success);
 }
 
 TEST_CASE("features: unsignaled WRs and inline data", "[features]") {
