@@ -83,10 +83,12 @@ struct QpCounters {
 struct Qp : verbs::QpBase {
   Qp(uint32_t qpn_, const verbs::QpInitAttr& init) : QpBase(qpn_, init) {}
 
-  ReqState req;
-  CompState comp;
-  RespState resp;
-  wire::Headers hdr;  // RC/UC: header template built at RTR
+  // Each role's state starts on its own cache line: the requester and completer
+  // touch req/comp per packet sent or acknowledged, the responder resp per request.
+  alignas(64) ReqState req;
+  alignas(64) CompState comp;
+  alignas(64) RespState resp;
+  alignas(64) wire::Headers hdr;  // RC/UC: header template built at RTR
   bool in_req_ready = false;
   bool in_resp_ready = false;
   uint64_t last_cnp_ns = 0;
