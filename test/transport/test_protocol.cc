@@ -522,6 +522,16 @@ TEST_CASE("protocol: UD drops a bad Q_Key and places the GRH", "[protocol][ud]")
   CHECK((wcs[0].wc_flags & kWcGrh));
   CHECK(rb.mem[20] == 0x45);
   CHECK(rb.mem[40] == 0x31);
+  // A receive too small for GRH + payload: LOC_LEN_ERR on that receive, the QP keeps working.
+  REQUIRE(p.dut.eng->post_recv(p.qpn, make_recv(2, rb, 0, 50)) == 0);
+  p.send(u, data);
+  p.run();
+  wcs = p.dut.drain(p.dut.rcq);
+  REQUIRE(wcs.size() == 1);
+  CHECK(wcs[0].wr_id == 2);
+  CHECK(wcs[0].status == WcStatus::LocLenErr);
+  CHECK(p.dut.eng->counter(Ctr::UdLenDrop) == 1);
+  CHECK(p.q().state == QpState::Rts);
 }
 
 TEST_CASE("protocol: corrupted and unknown-QP frames are counted and dropped", "[protocol]") {
