@@ -150,6 +150,7 @@ int Engine::create_qp(const verbs::QpInitAttr& init, uint32_t* qpn) {
   for (uint32_t n = 2; n < qps_.size(); ++n) {  // QP0/QP1 are reserved
     if (!qps_[n]) {
       qps_[n] = std::make_unique<Qp>(n, init);
+      qps_[n]->mtu = verbs::mtu_bytes(cfg_.port_mtu);
       qps_[n]->hdr.l2.src = io_.mac();
       qps_[n]->hdr.l3.src = cfg_.gid;
       live_qps_.push_back(qps_[n].get());

@@ -73,6 +73,7 @@ struct EngineConfig {
   void* mr_mem = nullptr;
   size_t mr_mem_bytes = 0;
   uint32_t max_mrs = 4096;
+  verbs::Mtu port_mtu = verbs::Mtu::M1024;  // active MTU of the port: UD QPs use it (no PATH_MTU on UD)
   uint32_t max_inflight_pkts = 1024;  // go-back-N window (PSNs) per QP
   uint32_t ack_req_every = 32;        // AckReq at least every N packets of a long message
   uint32_t pkts_per_turn = 32;        // requester packets per QP before moving on (fairness)

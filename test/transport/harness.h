@@ -9,6 +9,8 @@
 #include <stdexcept>
 #include <vector>
 
+#include <catch2/catch.hpp>
+
 #include "memlink/memlink.h"
 #include "transport/engine.h"
 #include "wire/packet.h"
@@ -138,9 +140,7 @@ class World {
     if (t == QpType::UC) m |= kQpAv | kQpPathMtu | kQpDestQpn | kQpRqPsn;
     if (t == QpType::UD) m |= 0;
     if (int rc = n.eng->modify_qp(qpn, a, m)) return rc;
-    if (t == QpType::UD) {  // UD path MTU: take it from the port (set directly for tests)
-      n.eng->qp(qpn)->mtu = mtu_bytes(o.mtu);
-    }
+    if (t == QpType::UD) REQUIRE(n.eng->qp(qpn)->mtu == mtu_bytes(n.eng->config().port_mtu));
     a.qp_state = QpState::Rts;
     a.sq_psn = sq_psn;
     a.timeout = o.timeout;
