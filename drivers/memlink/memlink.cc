@@ -50,8 +50,30 @@ const char* counter_name(Counter c) noexcept {
   return i < std::size(kCounterNames) ? kCounterNames[i] : "unknown";
 }
 
+namespace {
+uint32_t pow2_at_least(uint32_t v) {
+  uint32_t p = 1;
+  while (p < v) p <<= 1;
+  return p;
+}
+}  // namespace
+
 Port::Port(Link* link, uint16_t index, wire::MacAddr mac, uint32_t depth)
-    : link_(link), index_(index), mac_(mac), heap_(new Pending[depth]), heap_cap_(depth) {}
+    : link_(link),
+      index_(index),
+      mac_(mac),
+      heap_(new Pending[depth]),
+      heap_cap_(depth),
+      fifo_(new Pending[pow2_at_least(depth)]),
+      fifo_mask_(pow2_at_least(depth) - 1) {}
+
+const Port::Pending* Port::earliest() const noexcept {
+  const Pending* f = fifo_head_ != fifo_tail_ ? &fifo_[fifo_tail_ & fifo_mask_] : nullptr;
+  const Pending* h = heap_len_ ? &heap_[0] : nullptr;
+  if (!f) return h;
+  if (!h) return f;
+  return Later{}(*f, *h) ? h : f;
+}
 
 uint32_t Port::buf_capacity() const noexcept { return link_->buf_size_; }
 
@@ -75,6 +97,12 @@ void Port::free_burst(io::PktBuf** bufs, uint16_t n) noexcept {
 }
 
 void Port::enqueue(io::PktBuf* b, uint64_t at) noexcept {
+  const uint32_t fifo_len = fifo_head_ - fifo_tail_;
+  const bool in_order = fifo_len == 0 || fifo_[(fifo_head_ - 1) & fifo_mask_].at <= at;
+  if (in_order && fifo_len <= fifo_mask_) {
+    fifo_[fifo_head_++ & fifo_mask_] = Pending{at, link_->seq_++, b};
+    return;
+  }
   if (heap_len_ >= heap_cap_) {
     link_->count(Counter::QueueFull);
     link_->put_buf(b);
@@ -142,9 +170,15 @@ uint16_t Port::tx_burst(io::PktBuf** bufs, uint16_t n) noexcept {
 uint16_t Port::rx_burst(io::PktBuf** bufs, uint16_t n) noexcept {
   const uint64_t now = link_->clock_.now_ns();
   uint16_t i = 0;
-  while (i < n && heap_len_ > 0 && heap_[0].at <= now) {
-    std::pop_heap(heap_.get(), heap_.get() + heap_len_, Later{});
-    bufs[i++] = heap_[--heap_len_].buf;
+  while (i < n) {
+    const Pending* e = earliest();
+    if (!e || e->at > now) break;
+    if (e == &heap_[0] && heap_len_) {
+      std::pop_heap(heap_.get(), heap_.get() + heap_len_, Later{});
+      bufs[i++] = heap_[--heap_len_].buf;
+    } else {
+      bufs[i++] = fifo_[fifo_tail_++ & fifo_mask_].buf;
+    }
   }
   link_->count(Counter::Delivered, i);
   return i;
@@ -182,13 +216,13 @@ void Link::put_buf(io::PktBuf* b) noexcept {
 uint64_t Link::next_delivery_ns() const noexcept {
   uint64_t t = UINT64_MAX;
   for (auto& p : ports_)
-    if (p->heap_len_ > 0) t = std::min(t, p->heap_[0].at);
+    if (const Port::Pending* e = p->earliest()) t = std::min(t, e->at);
   return t;
 }
 
 size_t Link::in_flight() const noexcept {
   size_t n = 0;
-  for (auto& p : ports_) n += p->heap_len_;
+  for (auto& p : ports_) n += p->in_flight();
   return n;
 }
 

@@ -68,7 +68,7 @@ class Port final : public io::PacketIo {
   void set_faults(const Faults& f) noexcept { faults_ = f; }
   const Faults& faults() const noexcept { return faults_; }
   uint16_t index() const noexcept { return index_; }
-  size_t in_flight() const noexcept { return heap_len_; }
+  size_t in_flight() const noexcept { return heap_len_ + (fifo_head_ - fifo_tail_); }
 
  private:
   friend class Link;
@@ -84,9 +84,16 @@ class Port final : public io::PacketIo {
   uint16_t index_;
   wire::MacAddr mac_;
   Faults faults_;
+  // Frames in flight: those sent in delivery-time order sit in a FIFO ring (the
+  // common case, O(1)); frames held back (reordering) go to a min-heap. rx
+  // merges the two by (time, sequence), which is the order one heap would give.
   std::unique_ptr<Pending[]> heap_;
   uint32_t heap_cap_;
   uint32_t heap_len_ = 0;
+  std::unique_ptr<Pending[]> fifo_;
+  uint32_t fifo_mask_;
+  uint32_t fifo_head_ = 0, fifo_tail_ = 0;
+  const Pending* earliest() const noexcept;
 };
 
 class Link {

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "transport/engine.h"
+#include "transport/states.h"
 
 namespace droce::transport {
 
@@ -19,8 +20,6 @@ using verbs::WrOpcode;
 using wire::psn_add;
 
 namespace {
-
-enum class CompSt : uint8_t { CheckPsn, Ack, ReadResp, AtomicAck, Nak, RnrNak, Retire, Drop, Done };
 
 inline bool is_rd_atomic(WrOpcode o) noexcept {
   return o == WrOpcode::RdmaRead || o == WrOpcode::AtomicCmpSwp || o == WrOpcode::AtomicFetchAdd;
@@ -196,7 +195,12 @@ void completer_retire(Engine& e, Qp& q) noexcept {
     }
     ++q.sq.tail;
     if (w.status != WcStatus::Success) {
-      e.qp_to_error(q);  // flushes the rest (IBTA ch. 10: a completion error moves the QP to ERR)
+      // IBTA ch. 10: a completion error moves an RC QP to ERR; UC/UD send errors to SQE.
+      if (q.type == verbs::QpType::RC) {
+        e.qp_to_error(q);
+      } else {
+        e.sq_to_error(q);
+      }
       return;
     }
   }
@@ -314,6 +318,7 @@ void completer_rx(Engine& e, Qp& q, const wire::PacketView& pkt) noexcept {
         break;
 
       case CompSt::Done:
+      case CompSt::kCount:
         break;
     }
   }

@@ -11,8 +11,8 @@ using verbs::WcStatus;
 namespace {
 constexpr const char* kCtrNames[] = {
     "rx_frames",         "rx_parse_err",       "rx_icrc_err",       "rx_no_qp",
-    "rx_bad_state",      "rx_bad_transport",   "tx_frames",         "tx_no_buf",
-    "req_packets",       "req_retransmits",    "ack_timeouts",      "retry_exceeded",
+    "rx_bad_state",      "rx_bad_transport",   "rx_bad_pkey",       "tx_frames",         "tx_no_buf",
+    "req_packets",       "req_retransmits",    "req_gather_err",    "ack_timeouts",      "retry_exceeded",
     "rnr_retry_exceeded", "acks_sent",         "acks_received",     "seq_nak_sent",
     "seq_nak_received",  "rnr_nak_sent",       "rnr_nak_received",  "err_nak_sent",
     "err_nak_received",  "read_resp_sent",     "read_resp_received", "atomic_executed",
@@ -93,6 +93,7 @@ Engine::Engine(const EngineConfig& cfg, io::PacketIo& io, const io::Clock& clock
     : cfg_(cfg), io_(io), clock_(clock) {
   if (cfg_.max_qps < 4) cfg_.max_qps = 4;
   if (cfg_.max_inflight_pkts == 0) cfg_.max_inflight_pkts = 1;
+  if (cfg_.timer_scan_batch == 0) cfg_.timer_scan_batch = 1;
   if (cfg_.max_inflight_pkts > (1u << 22)) cfg_.max_inflight_pkts = 1u << 22;
   if (cfg_.mr_mem == nullptr) {
     const size_t bytes = verbs::MrTable::bytes_for(cfg_.max_mrs) + 64;
@@ -130,6 +131,13 @@ verbs::Srq* Engine::create_srq(verbs::Pd pd, uint32_t max_wr) {
   return srqs_.back().get();
 }
 
+const verbs::Ah* Engine::create_ah(verbs::Pd pd, const verbs::Ah& attr) {
+  if (pd.handle == 0 || pd.handle > pd_seq_) return nullptr;
+  if (attr.traffic_class & wire::kEcnMask) return nullptr;  // ECN bits belong to the engine
+  ahs_.push_back(std::make_unique<verbs::Ah>(attr));
+  return ahs_.back().get();
+}
+
 int Engine::create_qp(const verbs::QpInitAttr& init, uint32_t* qpn) {
   if (!qpn || init.pd == 0 || !init.send_cq || !init.recv_cq) return EINVAL;
   if (init.qp_type != verbs::QpType::RC && init.qp_type != verbs::QpType::UC && init.qp_type != verbs::QpType::UD)
@@ -142,6 +150,7 @@ int Engine::create_qp(const verbs::QpInitAttr& init, uint32_t* qpn) {
   for (uint32_t n = 2; n < qps_.size(); ++n) {  // QP0/QP1 are reserved
     if (!qps_[n]) {
       qps_[n] = std::make_unique<Qp>(n, init);
+      qps_[n]->mtu = verbs::mtu_bytes(cfg_.port_mtu);
       qps_[n]->hdr.l2.src = io_.mac();
       qps_[n]->hdr.l3.src = cfg_.gid;
       live_qps_.push_back(qps_[n].get());
@@ -232,6 +241,7 @@ int Engine::modify_qp(uint32_t qpn, const verbs::QpAttr& attr, uint32_t mask) no
     q->comp.retry_left = q->attr.retry_cnt;
     q->comp.rnr_left = q->attr.rnr_retry;
   }
+  if (next == QpState::Rts && old == QpState::Sqe) q->req.idx = q->sq.tail;
   if (next == QpState::Rts && !q->sq.empty()) req_ready(*q);
   return 0;
 }
@@ -248,8 +258,8 @@ int Engine::post_send(uint32_t qpn, const verbs::SendWr& wr) noexcept {
   Qp* q = qp(qpn);
   if (!q) return EINVAL;
   if (int rc = q->post_send(wr)) return rc;
-  if (q->state == QpState::Err) {
-    flush_queues(*q);
+  if (q->state == QpState::Err || q->state == QpState::Sqe) {
+    flush_queues(*q, q->state == QpState::Sqe);
   } else if (q->state == QpState::Rts) {
     req_ready(*q);
   }
@@ -268,7 +278,7 @@ void Engine::complete(verbs::Cq* cq, const verbs::Wc& wc) noexcept {
   if (!cq->push(wc)) count(Ctr::CqOverrun);
 }
 
-void Engine::flush_queues(Qp& q) noexcept {
+void Engine::flush_queues(Qp& q, bool send_only) noexcept {
   // Every WQE not yet retired completes with WR_FLUSH_ERR (always reported).
   while (!q.sq.empty()) {
     verbs::SendWqe& w = q.sq.at(q.sq.tail);
@@ -282,6 +292,7 @@ void Engine::flush_queues(Qp& q) noexcept {
   }
   q.req.idx = q.sq.tail;
   q.req.rd_atomic_out = 0;
+  if (send_only) return;
   if (q.resp.have_recv) {
     verbs::Wc wc;
     wc.wr_id = q.resp.recv.wr_id;
@@ -303,14 +314,23 @@ void Engine::flush_queues(Qp& q) noexcept {
   q.resp.in_msg = false;
 }
 
-void Engine::qp_to_error(Qp& q) noexcept {
+void Engine::qp_to_error(Qp& q, bool keep_responses) noexcept {
   q.state = QpState::Err;
   q.attr.qp_state = QpState::Err;
   q.comp.deadline = 0;
   q.comp.rnr_wait = false;
-  for (auto& r : q.resp.res) r.active = false;
-  q.resp.emit_head = q.resp.emit_tail = 0;
+  if (!keep_responses) {
+    for (auto& r : q.resp.res) r.active = false;
+    q.resp.emit_head = q.resp.emit_tail = 0;
+  }
   flush_queues(q);
+}
+
+void Engine::sq_to_error(Qp& q) noexcept {
+  // UC/UD send errors (IBTA ch. 10): the send queue stops and is flushed, receives go on.
+  q.state = QpState::Sqe;
+  q.attr.qp_state = QpState::Sqe;
+  flush_queues(q, /*send_only=*/true);
 }
 
 void Engine::req_ready(Qp& q) noexcept {
@@ -420,6 +440,10 @@ void Engine::rx(io::PktBuf* b) noexcept {
     count(Ctr::RxBadTransport);
     return;
   }
+  if ((pkt.h.bth.pkey & 0x7FFF) != (wire::kDefaultPkey & 0x7FFF)) {  // one P_Key: the default partition
+    count(Ctr::RxBadPkey);
+    return;
+  }
   if (!q->can_receive()) {
     count(Ctr::RxBadState);
     return;
@@ -437,8 +461,13 @@ void Engine::rx(io::PktBuf* b) noexcept {
 }
 
 void Engine::run_timers() noexcept {
+  // A bounded slice of the QPs per scan, round robin: O(batch) per poll however many QPs.
   last_timer_scan_ = now_;
-  for (Qp* q : live_qps_) {
+  const size_t n = live_qps_.size();
+  const size_t batch = cfg_.timer_scan_batch < n ? cfg_.timer_scan_batch : n;
+  for (size_t k = 0; k < batch; ++k) {
+    if (timer_cursor_ >= n) timer_cursor_ = 0;
+    Qp* q = live_qps_[timer_cursor_++];
     if (q->type != verbs::QpType::RC || !q->rts_like()) continue;
     completer_timer(*this, *q, now_);
   }
@@ -456,8 +485,8 @@ uint64_t Engine::next_timer_ns() const noexcept {
 
 bool Engine::idle() const noexcept { return req_head_ == req_tail_ && resp_head_ == resp_tail_ && tx_len_ == 0; }
 
-uint32_t Engine::poll() noexcept {
-  now_ = clock_.now_ns();
+uint32_t Engine::poll(uint64_t now_ns) noexcept {
+  now_ = now_ns > now_ ? now_ns : now_;  // time never goes back
   tx_blocked_ = false;
   uint32_t work = 0;
   const uint32_t tx_before = static_cast<uint32_t>(counter(Ctr::TxFrames));

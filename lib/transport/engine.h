@@ -27,10 +27,12 @@ enum class Ctr : uint16_t {
   RxNoQp,        // unknown destination QPN
   RxBadState,    // QP cannot receive in its state
   RxBadTransport,  // opcode of another service type than the QP's
+  RxBadPkey,       // P_Key does not match the port's (full or limited default)
   TxFrames,
   TxNoBuf,       // no TX buffer; packet not sent (retried later or lost)
   ReqPackets,    // request packets sent (new and retransmitted)
   ReqRetransmits,
+  ReqGatherErr,  // a source MR vanished while its WQE was in flight
   AckTimeouts,
   RetryExceeded,
   RnrRetryExceeded,
@@ -71,12 +73,14 @@ struct EngineConfig {
   void* mr_mem = nullptr;
   size_t mr_mem_bytes = 0;
   uint32_t max_mrs = 4096;
+  verbs::Mtu port_mtu = verbs::Mtu::M1024;  // active MTU of the port: UD QPs use it (no PATH_MTU on UD)
   uint32_t max_inflight_pkts = 1024;  // go-back-N window (PSNs) per QP
   uint32_t ack_req_every = 32;        // AckReq at least every N packets of a long message
   uint32_t pkts_per_turn = 32;        // requester packets per QP before moving on (fairness)
   bool ecn = true;                    // send ECT(0); answer CE with CNPs
   uint64_t cnp_interval_ns = 50'000;  // at most one CNP per QP per interval
-  uint64_t timer_scan_ns = 2'000;
+  uint64_t timer_scan_ns = 2'000;     // how often timers are looked at
+  uint32_t timer_scan_batch = 64;     // QPs looked at per scan (round robin), bounding the cost of a poll
 };
 
 class Engine {
@@ -97,6 +101,8 @@ class Engine {
   int dereg_mr(uint32_t key) noexcept { return mrs_->dereg(key); }
   verbs::Cq* create_cq(uint32_t cqe);
   verbs::Srq* create_srq(verbs::Pd pd, uint32_t max_wr);
+  // ibv_create_ah: an address handle for UD work requests (owned by the engine).
+  const verbs::Ah* create_ah(verbs::Pd pd, const verbs::Ah& attr);
   int create_qp(const verbs::QpInitAttr& init, uint32_t* qpn);
   int destroy_qp(uint32_t qpn);
   int modify_qp(uint32_t qpn, const verbs::QpAttr& attr, uint32_t mask) noexcept;
@@ -106,13 +112,20 @@ class Engine {
   int post_srq_recv(verbs::Srq* srq, const verbs::RecvWr& wr) noexcept { return srq->post(wr); }
 
   // ---- data path ----
-  // One pass of the loop. Returns the number of packets received + sent.
-  uint32_t poll() noexcept;
+  // One pass of the loop at time now_ns (from the engine's clock when omitted).
+  // Returns the number of packets received + sent.
+  uint32_t poll(uint64_t now_ns) noexcept;
+  uint32_t poll() noexcept { return poll(clock_.now_ns()); }
   // Earliest time a timer of this engine fires (ACK timeout, RNR wait), or UINT64_MAX.
   uint64_t next_timer_ns() const noexcept;
   bool idle() const noexcept;  // nothing queued to send
 
   uint64_t counter(Ctr c) const noexcept { return ctr_.v[static_cast<size_t>(c)]; }
+  // Control path: f(name, value) for every counter, e.g. for a stats dump.
+  template <typename F>
+  void for_each_counter(F&& f) const {
+    for (size_t i = 0; i < static_cast<size_t>(Ctr::kCount); ++i) f(ctr_name(static_cast<Ctr>(i)), ctr_.v[i]);
+  }
   Qp* qp(uint32_t qpn) noexcept { return qpn < qps_.size() ? qps_[qpn].get() : nullptr; }
   const EngineConfig& config() const noexcept { return cfg_; }
   uint64_t now() const noexcept { return now_; }
@@ -127,7 +140,10 @@ class Engine {
   bool tx_room() const noexcept { return !tx_blocked_; }
   void req_ready(Qp& qp) noexcept;
   void resp_ready(Qp& qp) noexcept;
-  void qp_to_error(Qp& qp) noexcept;
+  // keep_responses: responses already owed (READ/atomic before a NAK) still go out, then the NAK.
+  void qp_to_error(Qp& qp, bool keep_responses = false) noexcept;
+  // UC/UD: a send error moves the QP to SQE (send queue flushed, receive side keeps working).
+  void sq_to_error(Qp& qp) noexcept;
   void complete(verbs::Cq* cq, const verbs::Wc& wc) noexcept;
   void send_cnp(Qp& qp, const wire::PacketView& pkt) noexcept;
 
@@ -135,7 +151,7 @@ class Engine {
   void rx(io::PktBuf* b) noexcept;
   void run_timers() noexcept;
   void flush_tx() noexcept;
-  void flush_queues(Qp& qp) noexcept;
+  void flush_queues(Qp& qp, bool send_only = false) noexcept;
   void build_template(Qp& qp) noexcept;
   void reset_transport(Qp& qp) noexcept;
 
@@ -144,6 +160,7 @@ class Engine {
   const io::Clock& clock_;
   uint64_t now_ = 0;
   uint64_t last_timer_scan_ = 0;
+  size_t timer_cursor_ = 0;
 
   std::unique_ptr<uint8_t[]> mr_mem_owned_;
   std::unique_ptr<verbs::MrTable> mrs_;
@@ -152,6 +169,7 @@ class Engine {
   std::vector<Qp*> live_qps_;
   std::vector<std::unique_ptr<verbs::Cq>> cqs_;
   std::vector<std::unique_ptr<verbs::Srq>> srqs_;
+  std::vector<std::unique_ptr<verbs::Ah>> ahs_;
 
   // Ready lists: FIFO rings of QPs with work (capacity max_qps, each QP at most once).
   std::unique_ptr<Qp*[]> req_q_, resp_q_;

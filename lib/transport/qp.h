@@ -40,7 +40,6 @@ struct RespResource {
   uint64_t va = 0;     // READ: address of the next byte to send
   uint32_t resid = 0;  // READ: bytes left to send
   uint32_t cur_psn = 0;
-  bool started = false;  // a FIRST (or ONLY) packet of this run has been sent
   uint64_t orig = 0;     // atomic: value returned (replayed for duplicates)
   uint8_t* host = nullptr;  // READ: host pointer of va
 };
@@ -84,10 +83,12 @@ struct QpCounters {
 struct Qp : verbs::QpBase {
   Qp(uint32_t qpn_, const verbs::QpInitAttr& init) : QpBase(qpn_, init) {}
 
-  ReqState req;
-  CompState comp;
-  RespState resp;
-  wire::Headers hdr;  // RC/UC: header template built at RTR
+  // Each role's state starts on its own cache line: the requester and completer
+  // touch req/comp per packet sent or acknowledged, the responder resp per request.
+  alignas(64) ReqState req;
+  alignas(64) CompState comp;
+  alignas(64) RespState resp;
+  alignas(64) wire::Headers hdr;  // RC/UC: header template built at RTR
   bool in_req_ready = false;
   bool in_resp_ready = false;
   uint64_t last_cnp_ns = 0;

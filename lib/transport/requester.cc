@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "transport/engine.h"
+#include "transport/states.h"
 
 namespace droce::transport {
 
@@ -20,8 +21,6 @@ using wire::psn_add;
 using wire::psn_diff;
 
 namespace {
-
-enum class ReqSt : uint8_t { GetWqe, CheckLimits, StartWqe, BuildPacket, Advance, Stop, Yield };
 
 inline bool is_rd_atomic(WrOpcode o) noexcept {
   return o == WrOpcode::RdmaRead || o == WrOpcode::AtomicCmpSwp || o == WrOpcode::AtomicFetchAdd;
@@ -112,8 +111,9 @@ bool build_packet(Engine& e, Qp& q, SendWqe& w, bool* last_of_wqe) noexcept {
   uint8_t* dst = e.begin_frame(h, payload);
   if (!dst) return false;
   if (!gather(e.mrs(), q.pd, w, offset, dst, payload)) {
-    // The MR went away after the WQE was started: send nothing, fail the WQE.
+    // The MR was deregistered while the WQE was in flight (undefined in ibverbs): send zeros, count it.
     std::memset(dst, 0, payload);
+    e.count(Ctr::ReqGatherErr);
   }
   e.end_frame(h, payload);
   q.req.pkts_since_ackreq = h.bth.ackreq ? 0 : q.req.pkts_since_ackreq + 1;
@@ -185,6 +185,13 @@ bool requester_run(Engine& e, Qp& q, uint32_t budget) noexcept {
           return false;
         }
         w->npkts = packets_for(q, *w);
+        if (w->npkts > (1u << 22)) {  // more PSNs than half the window allows (2 GiB at MTU 256)
+          w->status = verbs::WcStatus::LocLenErr;
+          w->state = WqeState::Done;
+          ++q.req.idx;
+          completer_retire(e, q);
+          return false;
+        }
         w->first_psn = q.req.psn;
         w->last_psn = psn_add(q.req.psn, w->npkts - 1);
         w->read_pkts_done = 0;
@@ -233,10 +240,8 @@ bool requester_run(Engine& e, Qp& q, uint32_t budget) noexcept {
         break;
       }
 
-      case ReqSt::Advance:
-        st = ReqSt::GetWqe;
-        break;
       case ReqSt::Stop:
+      case ReqSt::kCount:
         return false;
       case ReqSt::Yield:
         return true;

@@ -14,6 +14,7 @@
 #include <cstring>
 
 #include "transport/engine.h"
+#include "transport/states.h"
 
 namespace droce::transport {
 
@@ -23,11 +24,6 @@ using wire::psn_add;
 using wire::psn_diff;
 
 namespace {
-
-enum class RespSt : uint8_t {
-  CheckPsn, CheckOpSeq, CheckLength, CheckResource, CheckRkey, Execute, Complete, Acknowledge,
-  Duplicate, ErrNakSeq, ErrRnr, ErrInvReq, ErrRemAccess, ErrRemOp, ErrLength, DropMsg, Done
-};
 
 struct Ctx {
   Engine& e;
@@ -317,7 +313,6 @@ RespSt duplicate(Ctx& c) noexcept {
       res.resid = reth.len;
       res.host = host;
       res.cur_psn = c.psn;
-      res.started = false;
       res.active = true;
       if (!queued) queue_resource(q, i);
       c.e.count(Ctr::ReadReplayed);
@@ -344,7 +339,7 @@ void fatal_nak(Ctx& c, uint8_t code, WcStatus recv_status) noexcept {
   c.e.count(Ctr::ErrNakSent);
   queue_ack(c.e, q, static_cast<uint8_t>(wire::kAethNak | code), c.psn);
   if (q.resp.have_recv && recv_status != WcStatus::Success) recv_complete(c.e, q, recv_status, q.resp.recv_off, 0, 0, q.attr.dest_qp_num);
-  c.e.qp_to_error(q);
+  c.e.qp_to_error(q, /*keep_responses=*/true);  // responses owed for earlier requests precede the NAK
 }
 
 RespSt drop_msg(Ctx& c) noexcept {
@@ -458,7 +453,10 @@ void responder_rx(Engine& e, Qp& q, const wire::PacketView& pkt) noexcept {
         st = RespSt::Done;
         break;
       case RespSt::DropMsg: st = drop_msg(c); break;
-      case RespSt::Done: break;
+      case RespSt::Done:
+      case RespSt::kCount:
+        st = RespSt::Done;
+        break;
     }
   }
 }
@@ -484,7 +482,10 @@ bool responder_tx(Engine& e, Qp& q, uint32_t budget) noexcept {
       res.active = false;
       ++r.emit_tail;
     } else {
-      const bool first = !res.started, last = res.resid <= q.mtu;
+      // Position within the original response (rxe does the same, and rxe's requester
+      // rejects a FIRST that restarts in the middle of a READ): a re-executed partial
+      // READ continues with MIDDLE/LAST.
+      const bool first = res.cur_psn == res.first_psn, last = res.resid <= q.mtu;
       const uint32_t plen = last ? res.resid : q.mtu;
       h.bth.opcode = first && last ? wire::op::RC_READ_RESPONSE_ONLY
                      : first       ? wire::op::RC_READ_RESPONSE_FIRST
@@ -495,7 +496,6 @@ bool responder_tx(Engine& e, Qp& q, uint32_t budget) noexcept {
       if (plen) std::memcpy(dst, res.host, plen);
       e.end_frame(h, plen);
       e.count(Ctr::ReadRespSent);
-      res.started = true;
       res.host += plen;
       res.va += plen;
       res.resid -= plen;

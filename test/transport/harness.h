@@ -6,7 +6,10 @@
 #include <cstring>
 #include <memory>
 #include <random>
+#include <stdexcept>
 #include <vector>
+
+#include <catch2/catch.hpp>
 
 #include "memlink/memlink.h"
 #include "transport/engine.h"
@@ -20,11 +23,18 @@ using namespace droce::verbs;
 inline wire::MacAddr mac_of(int i) { return {0x02, 0, 0, 0, 0, static_cast<uint8_t>(i + 1)}; }
 inline wire::Gid gid_of(int i) { return wire::gid_from_ipv4(0x0A000001u + static_cast<uint32_t>(i)); }
 
+inline wire::Gid gid6_of(int i) {
+  wire::Gid g{};
+  g[0] = 0xFD;  // a unique-local IPv6 address
+  g[15] = static_cast<uint8_t>(i + 1);
+  return g;
+}
+
 struct Node {
-  Node(int index, memlink::Link& link, const io::Clock& clock, EngineConfig cfg)
-      : port(link.add_port(mac_of(index))), idx(index) {
+  Node(int index, memlink::Link& link, const io::Clock& clock, EngineConfig cfg, bool ipv6 = false)
+      : port(link.add_port(mac_of(index))), idx(index), v6(ipv6) {
     cfg.mac = mac_of(index);
-    cfg.gid = gid_of(index);
+    cfg.gid = ipv6 ? gid6_of(index) : gid_of(index);
     eng = std::make_unique<Engine>(cfg, port, clock);
     pd = eng->alloc_pd();
     scq = eng->create_cq(1 << 16);
@@ -46,7 +56,9 @@ struct Node {
   Ah ah() const {
     Ah a;
     a.dmac = mac_of(idx);
-    a.dgid = gid_of(idx);
+    a.dgid = v6 ? gid6_of(idx) : gid_of(idx);
+    a.vlan = vlan;
+    a.vlan_tci = vlan_tci;
     return a;
   }
   std::vector<Wc> drain(Cq* cq) {
@@ -59,6 +71,9 @@ struct Node {
 
   memlink::Port& port;
   int idx;
+  bool v6 = false;
+  bool vlan = false;  // peers reach this node through a VLAN tag
+  uint16_t vlan_tci = 0;
   std::unique_ptr<Engine> eng;
   Pd pd;
   Cq* scq;
@@ -84,9 +99,9 @@ struct QpOpts {
 
 class World {
  public:
-  explicit World(uint64_t seed, int nodes = 2, EngineConfig cfg = {}, uint32_t pool = 4096)
+  explicit World(uint64_t seed, int nodes = 2, EngineConfig cfg = {}, uint32_t pool = 4096, bool ipv6 = false)
       : link(clock, seed, pool, 4096 + 256) {
-    for (int i = 0; i < nodes; ++i) node.push_back(std::make_unique<Node>(i, link, clock, cfg));
+    for (int i = 0; i < nodes; ++i) node.push_back(std::make_unique<Node>(i, link, clock, cfg, ipv6));
   }
 
   uint32_t create_qp(Node& n, QpType t, const QpOpts& o, Srq* srq) {
@@ -125,9 +140,7 @@ class World {
     if (t == QpType::UC) m |= kQpAv | kQpPathMtu | kQpDestQpn | kQpRqPsn;
     if (t == QpType::UD) m |= 0;
     if (int rc = n.eng->modify_qp(qpn, a, m)) return rc;
-    if (t == QpType::UD) {  // UD path MTU: take it from the port (set directly for tests)
-      n.eng->qp(qpn)->mtu = mtu_bytes(o.mtu);
-    }
+    if (t == QpType::UD) REQUIRE(n.eng->qp(qpn)->mtu == mtu_bytes(n.eng->config().port_mtu));
     a.qp_state = QpState::Rts;
     a.sq_psn = sq_psn;
     a.timeout = o.timeout;

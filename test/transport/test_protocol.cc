@@ -3,6 +3,8 @@
 // the engine sends back. Steps read "Receive ... Expect ...".
 #include <catch2/catch.hpp>
 
+#include <cstdlib>
+
 #include "harness.h"
 
 using namespace droce;
@@ -150,13 +152,14 @@ TEST_CASE("protocol: duplicate READ is re-executed", "[protocol]") {
   CHECK(out[0].v.h.bth.psn == kRqPsn);
   CHECK(out[0].v.payload()[0] == 0xAB);
   CHECK(p.dut.eng->counter(Ctr::ReadReplayed) == 1);
-  // Receive a retried READ for the last two packets only (PSN 1001). Expect FIRST, LAST at 1001, 1002.
+  // Receive a retried READ for the last two packets only (PSN 1001). Expect MIDDLE, LAST at 1001,
+  // 1002: positions of the original response, as rxe sends them (and as rxe's requester checks).
   auto h2 = p.hdr(wire::op::RC_READ_REQUEST, kRqPsn + 1);
   h2.ext.reth = {p.mem->addr() + 10 + p.mtu, p.mem->key, 2 * p.mtu};
   p.send(h2);
   out = p.run();
   REQUIRE(out.size() == 2);
-  CHECK(out[0].v.h.bth.opcode == wire::op::RC_READ_RESPONSE_FIRST);
+  CHECK(out[0].v.h.bth.opcode == wire::op::RC_READ_RESPONSE_MIDDLE);
   CHECK(out[0].v.h.bth.psn == kRqPsn + 1);
   CHECK(out[1].v.h.bth.opcode == wire::op::RC_READ_RESPONSE_LAST);
   CHECK(out[1].v.h.bth.psn == kRqPsn + 2);
@@ -519,6 +522,16 @@ TEST_CASE("protocol: UD drops a bad Q_Key and places the GRH", "[protocol][ud]")
   CHECK((wcs[0].wc_flags & kWcGrh));
   CHECK(rb.mem[20] == 0x45);
   CHECK(rb.mem[40] == 0x31);
+  // A receive too small for GRH + payload: LOC_LEN_ERR on that receive, the QP keeps working.
+  REQUIRE(p.dut.eng->post_recv(p.qpn, make_recv(2, rb, 0, 50)) == 0);
+  p.send(u, data);
+  p.run();
+  wcs = p.dut.drain(p.dut.rcq);
+  REQUIRE(wcs.size() == 1);
+  CHECK(wcs[0].wr_id == 2);
+  CHECK(wcs[0].status == WcStatus::LocLenErr);
+  CHECK(p.dut.eng->counter(Ctr::UdLenDrop) == 1);
+  CHECK(p.q().state == QpState::Rts);
 }
 
 TEST_CASE("protocol: corrupted and unknown-QP frames are counted and dropped", "[protocol]") {
@@ -538,4 +551,182 @@ TEST_CASE("protocol: corrupted and unknown-QP frames are counted and dropped", "
   p.send(w, data);
   CHECK(p.run().empty());
   CHECK(p.dut.eng->counter(Ctr::RxNoQp) == 1);
+  w.bth.dqpn = p.qpn;
+  w.bth.pkey = 0x1234;  // another partition
+  p.send(w, data);
+  CHECK(p.run().empty());
+  CHECK(p.dut.eng->counter(Ctr::RxBadPkey) == 1);
+  CHECK(p.mem->mem[0] != 0x77);
+}
+
+TEST_CASE("protocol: READs beyond max_dest_rd_atomic are NAKed", "[protocol]") {
+  Proto p;  // max_dest_rd_atomic 4
+  // Receive five READs in one burst (their responses have not gone out yet).
+  for (uint32_t i = 0; i < 5; ++i) {
+    auto h = p.hdr(wire::op::RC_READ_REQUEST, kRqPsn + i);
+    h.ext.reth = {p.mem->addr(), p.mem->key, 16};
+    p.send(h);
+  }
+  auto out = p.run();
+  // Expect four READ responses, then NAK invalid request for the fifth (PSN 1004).
+  int resp = 0;
+  const Frame* nak = nullptr;
+  for (auto& f : out) {
+    if (f.v.h.bth.opcode == wire::op::RC_READ_RESPONSE_ONLY) ++resp;
+    if (f.v.h.bth.opcode == wire::op::RC_ACKNOWLEDGE) nak = &f;
+  }
+  CHECK(resp == 4);  // owed for the first four, sent before the NAK
+  REQUIRE(nak);
+  CHECK(nak == &out.back());
+  CHECK(nak->v.h.ext.aeth.syndrome == (wire::kAethNak | wire::kNakInvalidRequest));
+  CHECK(nak->v.h.bth.psn == kRqPsn + 4);
+  CHECK(p.q().state == QpState::Err);
+}
+
+TEST_CASE("protocol: UC WRITE with a gap is dropped and SEND without a receive is dropped", "[protocol][uc]") {
+  Proto p(QpType::UC);
+  std::vector<uint8_t> a(p.mtu, 0xAA), b(p.mtu, 0xBB);
+  // WRITE_FIRST, (MIDDLE lost), WRITE_LAST: the LAST is dropped, FIRST's bytes stay (UC places as it goes).
+  auto f = p.hdr(wire::op::UC_BASE + 0x06, kRqPsn, false);
+  f.ext.reth = {p.mem->addr(), p.mem->key, 3 * p.mtu};
+  p.send(f, a);
+  p.send(p.hdr(wire::op::UC_BASE + 0x08, kRqPsn + 2, false), b);
+  // A new WRITE_ONLY resynchronises.
+  auto o = p.hdr(wire::op::UC_BASE + 0x0A, kRqPsn + 3, false);
+  o.ext.reth = {p.mem->addr() + 4 * p.mtu, p.mem->key, p.mtu};
+  p.send(o, b);
+  // A SEND with no receive posted: dropped silently (no RNR on UC).
+  p.send(p.hdr(wire::op::UC_BASE + 0x04, kRqPsn + 4, false), b);
+  CHECK(p.run().empty());
+  CHECK(p.mem->mem[0] == 0xAA);
+  CHECK(p.mem->mem[2 * p.mtu] != 0xBB);
+  CHECK(p.mem->mem[4 * p.mtu] == 0xBB);
+  CHECK(p.dut.eng->counter(Ctr::UcMsgDropped) >= 2);
+  CHECK(p.dut.drain(p.dut.rcq).empty());
+  CHECK(p.q().state == QpState::Rts);
+}
+
+TEST_CASE("protocol: random well-formed packets never crash the engine", "[protocol][robust]") {
+  // Every valid opcode with random PSNs, keys, addresses, lengths and payloads
+  // (valid ICRC, so they reach the transport), against RC, UC and UD QPs whose
+  // requesters have work outstanding. Run under ASan/UBSan in the sanitizer build.
+  std::vector<uint8_t> ops;
+  for (int o = 0; o < 256; ++o)
+    if (wire::opcode_info(static_cast<uint8_t>(o)).valid()) ops.push_back(static_cast<uint8_t>(o));
+  for (QpType t : {QpType::RC, QpType::UC, QpType::UD}) {
+    const char* env_seed = std::getenv("DROCE_SEED");
+    const uint64_t seed = (env_seed ? std::strtoull(env_seed, nullptr, 0) : 4242) + static_cast<int>(t);
+    const char* env_iters = std::getenv("DROCE_ITERS");
+    const int iters = env_iters ? std::atoi(env_iters) : 4000;
+    INFO("seed " << seed << " type " << int(t));
+    std::mt19937_64 r(seed);
+    Proto p(t);
+    auto& rb = p.dut.buffer(1 << 16);
+    for (int i = 0; i < 8; ++i) p.dut.eng->post_recv(p.qpn, make_recv(i, rb, i * 4096, 4096));
+    if (t != QpType::UD) {
+      for (int i = 0; i < 4; ++i) {
+        SendWr wr = make_wr(i, i % 2 ? WrOpcode::RdmaWrite : WrOpcode::Send, *p.mem, 0, 3000);
+        wr.rdma = {0x1000, 0x100};
+        p.dut.eng->post_send(p.qpn, wr);
+      }
+      if (t == QpType::RC) {
+        SendWr rd = make_wr(9, WrOpcode::RdmaRead, *p.mem, 0, 5000);
+        p.dut.eng->post_send(p.qpn, rd);
+      }
+    }
+    std::vector<uint8_t> payload(p.mtu + 64);
+    for (int i = 0; i < iters; ++i) {
+      auto h = p.hdr(ops[r() % ops.size()], 0, r() & 1);
+      const uint32_t near = r() % 2 ? kRqPsn : kSqPsn;
+      h.bth.psn = r() % 4 ? wire::psn_add(near, static_cast<uint32_t>(r() % 16)) : static_cast<uint32_t>(r()) & wire::kMask24;
+      const bool good_key = r() % 2;
+      const uint64_t va = good_key ? p.mem->addr() + r() % (1 << 16) : r();
+      const uint32_t key = good_key ? p.mem->key : static_cast<uint32_t>(r());
+      h.ext.reth = {va, key, static_cast<uint32_t>(r() % 3 ? r() % 8192 : r())};
+      h.ext.atomic = {va & (r() % 2 ? ~uint64_t{7} : ~uint64_t{0}), key, r(), r()};
+      h.ext.aeth = {static_cast<uint8_t>(r()), static_cast<uint32_t>(r())};
+      h.ext.deth = {r() % 2 ? QpOpts{}.qkey : static_cast<uint32_t>(r()), 0, static_cast<uint32_t>(r()) & wire::kMask24};
+      h.ext.ieth_rkey = r() % 2 ? p.mem->key : static_cast<uint32_t>(r());
+      h.l3.tos = static_cast<uint8_t>(r() & 3);
+      if (r() % 8 == 0) h.bth.dqpn = static_cast<uint32_t>(r()) & wire::kMask24;
+      const uint32_t plen = (wire::opcode_info(h.bth.opcode).flags & wire::kOpPayload) ? static_cast<uint32_t>(r() % payload.size()) : 0;
+      for (uint32_t k = 0; k < plen; ++k) payload[k] = static_cast<uint8_t>(r());
+      p.send(h, {payload.data(), plen});
+      if (i % 16 == 0) p.run(2000);
+    }
+    p.run(200000);
+    uint64_t rx = p.dut.eng->counter(Ctr::RxFrames);
+    CHECK(rx >= static_cast<uint64_t>(iters));
+  }
+}
+
+TEST_CASE("protocol: requester goes back N on NAK sequence error", "[protocol]") {
+  Proto p;
+  for (int i = 0; i < 4; ++i) REQUIRE(p.dut.eng->post_send(p.qpn, make_wr(i, WrOpcode::Send, *p.mem, i, 10)) == 0);
+  auto out = p.run(1000);
+  REQUIRE(out.size() == 4);  // PSN 500..503
+  // Receive NAK sequence error for 502. Expect 502 and 503 again, and completions for 500 and 501.
+  auto nak = p.hdr(wire::op::RC_ACKNOWLEDGE, kSqPsn + 2, false);
+  nak.ext.aeth = {wire::kAethNak | wire::kNakPsnSeqError, 0};
+  p.send(nak);
+  out = p.run(1000);
+  REQUIRE(out.size() == 2);
+  CHECK(out[0].v.h.bth.psn == kSqPsn + 2);
+  CHECK(out[1].v.h.bth.psn == kSqPsn + 3);
+  auto wcs = p.dut.drain(p.dut.scq);
+  REQUIRE(wcs.size() == 2);
+  CHECK(wcs[0].wr_id == 0);
+  CHECK(wcs[1].wr_id == 1);
+  // The same NAK again (duplicated on the wire): no second go-back.
+  p.send(nak);
+  CHECK(p.run(1000).empty());
+  // Receive ACK 503. Expect the last two completions.
+  auto ack = p.hdr(wire::op::RC_ACKNOWLEDGE, kSqPsn + 3, false);
+  ack.ext.aeth = {wire::kAethAck | wire::kAethCreditInvalid, 0};
+  p.send(ack);
+  p.run(1000);
+  wcs = p.dut.drain(p.dut.scq);
+  REQUIRE(wcs.size() == 2);
+  CHECK(wcs[1].wr_id == 3);
+  CHECK(wcs[1].status == WcStatus::Success);
+  CHECK(p.dut.eng->counter(Ctr::ReqRetransmits) == 2);
+}
+
+TEST_CASE("protocol: ACK past an unanswered READ re-requests it", "[protocol]") {
+  Proto p;
+  SendWr rd = make_wr(1, WrOpcode::RdmaRead, *p.mem, 0, 2 * 1024);
+  rd.rdma = {0x10000, 0x4242};
+  REQUIRE(p.dut.eng->post_send(p.qpn, rd) == 0);                                       // PSN 500-501
+  REQUIRE(p.dut.eng->post_send(p.qpn, make_wr(2, WrOpcode::Send, *p.mem, 0, 10)) == 0);  // PSN 502
+  auto out = p.run(1000);
+  REQUIRE(out.size() == 2);
+  // Receive READ_RESPONSE_FIRST for 500 only, then an ACK for 502: the READ's LAST was lost.
+  std::vector<uint8_t> data(1024, 0x3C);
+  auto first = p.hdr(wire::op::RC_READ_RESPONSE_FIRST, kSqPsn, false);
+  first.ext.aeth = {wire::kAethAck | wire::kAethCreditInvalid, 0};
+  p.send(first, data);
+  auto ack = p.hdr(wire::op::RC_ACKNOWLEDGE, kSqPsn + 2, false);
+  ack.ext.aeth = {wire::kAethAck | wire::kAethCreditInvalid, 0};
+  p.send(ack);
+  out = p.run(1000);
+  // Expect a READ request for the missing part only (PSN 501, second KiB), then the SEND again.
+  REQUIRE(out.size() >= 1);
+  CHECK(out[0].v.h.bth.opcode == wire::op::RC_READ_REQUEST);
+  CHECK(out[0].v.h.bth.psn == kSqPsn + 1);
+  CHECK(out[0].v.h.ext.reth.va == 0x10000 + 1024);
+  CHECK(out[0].v.h.ext.reth.len == 1024);
+  CHECK(p.dut.drain(p.dut.scq).empty());
+  // Receive READ_RESPONSE_FIRST/ONLY for 501 and ACK 502. Expect both completions, in order.
+  auto only = p.hdr(wire::op::RC_READ_RESPONSE_ONLY, kSqPsn + 1, false);
+  only.ext.aeth = {wire::kAethAck | wire::kAethCreditInvalid, 0};
+  p.send(only, data);
+  p.send(ack);
+  p.run(1000);
+  auto wcs = p.dut.drain(p.dut.scq);
+  REQUIRE(wcs.size() == 2);
+  CHECK(wcs[0].wr_id == 1);
+  CHECK(wcs[0].status == WcStatus::Success);
+  CHECK(wcs[0].opcode == WcOpcode::RdmaRead);
+  CHECK(wcs[1].wr_id == 2);
+  CHECK(p.mem->mem[1500] == 0x3C);
 }

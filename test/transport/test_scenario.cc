@@ -93,7 +93,9 @@ std::vector<uint32_t> sizes_for(uint32_t mtu) { return {0, 1, mtu - 1, mtu, mtu 
 
 void run_type_mtu(QpType t, Mtu m, WrOpcode op) {
   const uint32_t mtu = mtu_bytes(m);
-  World w(42);
+  EngineConfig cfg;
+  cfg.port_mtu = m;  // UD takes the port's MTU
+  World w(42, 2, cfg);
   QpOpts o;
   o.mtu = m;
   auto [qa, qb] = w.connect(0, 1, t, o);
