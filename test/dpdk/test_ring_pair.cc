@@ -69,6 +69,13 @@ TEST_CASE("EAL arguments get the machine's defaults unless given") {
   CHECK(args == std::vector<std::string>{"droce", "--file-prefix=x", "-a", "0000:01:00.0", "-l0"});
   args = dpdk::Eal::build_args({.args = {"--lcores=0@0,1@0", "--no-pci", "--in-memory"}});
   CHECK(args == std::vector<std::string>{"droce", "--lcores=0@0,1@0", "--no-pci", "--in-memory"});
+  // No free hugepages: ordinary memory, unless the caller chose the memory.
+  args = dpdk::Eal::build_args({.args = {"-l", "0"}}, 0);
+  CHECK(args == std::vector<std::string>{"droce", "-l", "0", "--no-shconf", "--no-pci", "--no-huge", "-m", "256"});
+  args = dpdk::Eal::build_args({.args = {"-l", "0", "--socket-mem=64"}}, 0);
+  CHECK(args.back() == "--no-pci");
+  args = dpdk::Eal::build_args({.args = {"-l", "0"}, .hugepage_fallback = false}, 0);
+  CHECK(args.back() == "--no-pci");
 }
 
 TEST_CASE("frames cross a ring pair intact, in order, and every buffer comes back") {
