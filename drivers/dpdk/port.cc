@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <new>
 
@@ -129,6 +130,7 @@ Port::Port(const PortConfig& cfg) {
         uint16_t mtu = cfg.mtu;
         if (mtu == 0 && rte_eth_dev_get_mtu(id_, &mtu) != 0) mtu = RTE_ETHER_MTU;
         room = std::max<uint32_t>(RTE_MBUF_DEFAULT_BUF_SIZE, mtu + kL2Overhead + RTE_PKTMBUF_HEADROOM);
+        room = std::max(room, devargs_data_room(cfg.device));
       }
       if (room > UINT16_MAX) throw PortError(name_ + ": mbuf data room " + std::to_string(room) + " too large");
       uint32_t n = cfg.mbufs;
@@ -315,6 +317,16 @@ RingPair::~RingPair() {
   for (const auto& n : names_) rte_eal_hotplug_remove("vdev", n.c_str());
   for (auto* r : ab_) rte_ring_free(r);
   for (auto* r : ba_) rte_ring_free(r);
+}
+
+uint32_t devargs_data_room(const std::string& device) {
+  if (device.rfind("net_af_packet", 0) != 0) return 0;
+  const auto pos = device.find(",framesz=");
+  if (pos == std::string::npos) return 0;
+  const unsigned long framesz = std::strtoul(device.c_str() + pos + 9, nullptr, 10);
+  // The PMD copies a frame of up to framesz - TPACKET2_HDRLEN + sizeof(sockaddr_ll)
+  // (= framesz - 32) bytes into one mbuf.
+  return framesz > 32 ? static_cast<uint32_t>(framesz - 32 + RTE_PKTMBUF_HEADROOM) : 0;
 }
 
 std::string mac_to_string(const wire::MacAddr& m) {

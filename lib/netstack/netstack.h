@@ -5,8 +5,9 @@
 //
 // Pure: no DPDK, no allocation after construction, no exceptions on the frame
 // path. handle() reads one received frame and, when an answer is due, writes
-// the answer frame into the caller's buffer (at most kMaxReplyLen bytes; the
-// answer is never longer than the request plus a VLAN tag, and at least 60).
+// the answer frame into the caller's buffer (never longer than the request,
+// at least 60 bytes; kMaxReplyLen is enough for every answer to a frame of a
+// 1500-byte MTU, jumbo echo requests need a buffer as large as the request).
 // One NetStack belongs to one thread (the port's control or poll lcore).
 #pragma once
 

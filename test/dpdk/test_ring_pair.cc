@@ -78,6 +78,12 @@ TEST_CASE("EAL arguments get the machine's defaults unless given") {
   CHECK(args.back() == "--no-pci");
 }
 
+TEST_CASE("af_packet jumbo devargs size the mbufs") {
+  CHECK(dpdk::devargs_data_room("net_af_packet0,iface=v,framesz=9216,blocksz=36864") == 9216 - 32 + 128);
+  CHECK(dpdk::devargs_data_room("net_af_packet0,iface=v") == 0);
+  CHECK(dpdk::devargs_data_room("net_memif0,framesz=9216") == 0);
+}
+
 TEST_CASE("frames cross a ring pair intact, in order, and every buffer comes back") {
   Pair p("rp1", 1);
   DpdkQueueIo qa(p.a, 0), qb(p.b, 0);
