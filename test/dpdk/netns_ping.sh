@@ -83,5 +83,27 @@ check "ARP replies counted (>= 2)" test "$(stat arp_replies_sent)" -ge 2
 check "neighbour advertisements counted (>= 1)" test "$(stat na_sent)" -ge 1
 check "frame to 10.99.0.3 dropped as not ours" grep -q "^drop arp_not_for_us" "$tmp/netd.log"
 grep -E '^(stat|drop|queue|port|neigh)' "$tmp/netd.log" | sed 's/^/  /'
-if [ "$fails" -ne 0 ]; then cat "$tmp/netd.log"; echo "$fails checks failed"; exit 1; fi
+
+# VLAN 100: droce-netd with --vlan 100 answers tagged frames only. This
+# kernel has no 8021q module (no VLAN interfaces), so vlan_probe.py speaks
+# tagged frames through a packet socket on vk.
+ip netns exec "$ns" timeout -k 5 30 "$netd" --device net_af_packet0,iface=vd --ip 10.99.100.2 --vlan 100 \
+  --duration 20 -- --log-level=lib.eal:error >"$tmp/vlan.log" 2>&1 &
+pid=$!
+for _ in $(seq 1 100); do
+  grep -q '^ready' "$tmp/vlan.log" && break
+  kill -0 "$pid" 2>/dev/null || break
+  sleep 0.1
+done
+check "VLAN 100: tagged ARP and ping answered tagged, untagged ignored" \
+  in_ns timeout 20 python3 "$(dirname "$0")/vlan_probe.py" vk 100 10.99.100.1 10.99.100.2
+cat "$tmp/out"
+kill -TERM "$pid"
+wait "$pid" && rc=0 || rc=$?
+pid=
+check "VLAN 100: droce-netd exits cleanly" test "$rc" -eq 0
+check "VLAN 100: echo reply counted" \
+  test "$(awk '$1 == "stat" && $2 == "echo_replies_sent" {print $3}' "$tmp/vlan.log")" -ge 1
+check "VLAN 100: untagged frames dropped as vlan_mismatch" grep -q "^drop vlan_mismatch" "$tmp/vlan.log"
+if [ "$fails" -ne 0 ]; then cat "$tmp/netd.log" "$tmp/vlan.log"; echo "$fails checks failed"; exit 1; fi
 echo "all checks passed"
