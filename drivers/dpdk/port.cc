@@ -2,7 +2,9 @@
 
 #include <dlfcn.h>
 #include <rte_build_config.h>
+#include <rte_bus.h>
 #include <rte_dev.h>
+#include <rte_devargs.h>
 #include <rte_errno.h>
 #include <rte_ethdev.h>
 #include <rte_lcore.h>
@@ -67,6 +69,11 @@ Port::Port(const PortConfig& cfg) {
     }
     if (pid == RTE_MAX_ETHPORTS) {
       // The device exists but is not an ethdev we can match: release it.
+      rte_devargs da{};
+      if (rte_devargs_parse(&da, cfg.device.c_str()) == 0) {
+        if (da.bus != nullptr) rte_eal_hotplug_remove(rte_bus_name(da.bus), da.name);
+        std::free(da.data);  // what rte_devargs_reset (experimental in 22.11) frees
+      }
       throw PortError(what + " probed but no ethdev port matches it");
     }
     id_ = pid;
