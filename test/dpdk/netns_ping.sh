@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # droce-netd on a net_af_packet port bound to one end of a veth pair, inside a
 # network namespace of its own; the kernel on the other end pings it (IPv4
-# and IPv6), arpings it, and is resolved by it. All traffic stays inside the
-# namespace; the namespace is removed on every exit path.
+# and IPv6, jumbo), arpings it, and is resolved by it; then the same with
+# --vlan 100, and on a net_tap port. All traffic stays inside the namespace;
+# the namespace is removed on every exit path.
 #   netns_ping.sh PATH/TO/droce-netd
 set -euo pipefail
 netd=$1
@@ -105,5 +106,25 @@ check "VLAN 100: droce-netd exits cleanly" test "$rc" -eq 0
 check "VLAN 100: echo reply counted" \
   test "$(awk '$1 == "stat" && $2 == "echo_replies_sent" {print $3}' "$tmp/vlan.log")" -ge 1
 check "VLAN 100: untagged frames dropped as vlan_mismatch" grep -q "^drop vlan_mismatch" "$tmp/vlan.log"
-if [ "$fails" -ne 0 ]; then cat "$tmp/netd.log" "$tmp/vlan.log"; echo "$fails checks failed"; exit 1; fi
+# net_tap: the PMD creates the kernel interface dtap0 in this namespace; the
+# kernel pings droce-netd through it. The port gets its own MAC (the tap PMD
+# would otherwise share the kernel interface's, and so its link-local).
+ip netns exec "$ns" timeout -k 5 30 "$netd" --device net_tap0,iface=dtap0 --mac 02:00:00:00:02:02 \
+  --ip 10.99.2.2 --duration 20 -- --log-level=lib.eal:error >"$tmp/tap.log" 2>&1 &
+pid=$!
+for _ in $(seq 1 100); do
+  grep -q '^ready' "$tmp/tap.log" && break
+  kill -0 "$pid" 2>/dev/null || break
+  sleep 0.1
+done
+ip -n "$ns" addr add 10.99.2.1/24 dev dtap0 2>/dev/null || true
+ip -n "$ns" link set dtap0 up 2>/dev/null || true
+check "net_tap: ping 10.99.2.2" in_ns ping -c 3 -i 0.2 -W 2 10.99.2.2
+check "net_tap: kernel ARP entry holds the port's MAC" bash -c "ip -n $ns neigh show 10.99.2.2 | grep -qi 02:00:00:00:02:02"
+kill -TERM "$pid"
+wait "$pid" && rc=0 || rc=$?
+pid=
+check "net_tap: droce-netd exits cleanly" test "$rc" -eq 0
+
+if [ "$fails" -ne 0 ]; then cat "$tmp/netd.log" "$tmp/vlan.log" "$tmp/tap.log"; echo "$fails checks failed"; exit 1; fi
 echo "all checks passed"
