@@ -106,6 +106,28 @@ check "VLAN 100: droce-netd exits cleanly" test "$rc" -eq 0
 check "VLAN 100: echo reply counted" \
   test "$(awk '$1 == "stat" && $2 == "echo_replies_sent" {print $3}' "$tmp/vlan.log")" -ge 1
 check "VLAN 100: untagged frames dropped as vlan_mismatch" grep -q "^drop vlan_mismatch" "$tmp/vlan.log"
+# 4 queue pairs on af_packet (qpairs=4: a PACKET_FANOUT group spreading flows
+# by hash); pings from 4 source addresses must all be answered, whichever
+# queue each flow lands on (answers leave by the queue the request came in on).
+for i in 11 12 13 14; do ip -n "$ns" addr add 10.99.0.$i/24 dev vk; done
+ip netns exec "$ns" timeout -k 5 30 "$netd" --device net_af_packet0,iface=vd,qpairs=4 --queues 4 --ip 10.99.0.2 \
+  --duration 20 -- --log-level=lib.eal:error >"$tmp/mq.log" 2>&1 &
+pid=$!
+for _ in $(seq 1 100); do
+  grep -q '^ready' "$tmp/mq.log" && break
+  kill -0 "$pid" 2>/dev/null || break
+  sleep 0.1
+done
+for i in 11 12 13 14; do
+  check "4 queues: ping from 10.99.0.$i" in_ns ping -c 2 -i 0.2 -W 2 -I 10.99.0.$i 10.99.0.2
+done
+kill -TERM "$pid"
+wait "$pid" && rc=0 || rc=$?
+pid=
+check "4 queues: droce-netd exits cleanly" test "$rc" -eq 0
+check "4 queues: all 4 queues polled" test "$(grep -c '^queue ' "$tmp/mq.log")" -eq 4
+grep '^queue ' "$tmp/mq.log" | sed 's/^/  /'
+
 # net_tap: the PMD creates the kernel interface dtap0 in this namespace; the
 # kernel pings droce-netd through it. The port gets its own MAC (the tap PMD
 # would otherwise share the kernel interface's, and so its link-local).
@@ -126,5 +148,5 @@ wait "$pid" && rc=0 || rc=$?
 pid=
 check "net_tap: droce-netd exits cleanly" test "$rc" -eq 0
 
-if [ "$fails" -ne 0 ]; then cat "$tmp/netd.log" "$tmp/vlan.log" "$tmp/tap.log"; echo "$fails checks failed"; exit 1; fi
+if [ "$fails" -ne 0 ]; then cat "$tmp"/*.log; echo "$fails checks failed"; exit 1; fi
 echo "all checks passed"
