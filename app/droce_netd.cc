@@ -35,6 +35,7 @@ struct Options {
   std::string mac;
   uint16_t vlan = 0;
   uint16_t queues = 1;
+  uint16_t mtu = 0;
   double duration = 0;
   bool promiscuous = false;
 };
@@ -44,6 +45,7 @@ int run(const Options& o, const std::vector<std::string>& eal_args) {
   dpdk::PortConfig pc{.device = o.device, .rx_queues = o.queues, .tx_queues = o.queues, .rx_desc = 256,
                       .tx_desc = 256, .mbufs = 2047u + 1024u * o.queues, .mbuf_cache = 64};
   pc.promiscuous = o.promiscuous;
+  pc.mtu = o.mtu;
   if (!o.mac.empty()) {
     auto m = dpdk::parse_mac(o.mac);
     if (!m) throw std::runtime_error("--mac: not a MAC address: " + o.mac);
@@ -77,8 +79,8 @@ int run(const Options& o, const std::vector<std::string>& eal_args) {
     peers.push_back(*g);
   }
   netstack::NetStack stack(hc);
-  spdlog::info("port {} ({}) mac {} socket {} link {}", port.name(), port.driver(), dpdk::mac_to_string(port.mac()),
-               port.socket(), port.link().up ? "up" : "down");
+  spdlog::info("port {} ({}) mac {} mtu {} socket {} link {}", port.name(), port.driver(),
+               dpdk::mac_to_string(port.mac()), port.mtu(), port.socket(), port.link().up ? "up" : "down");
   for (size_t i = 0; i < stack.gids().size(); ++i)
     spdlog::info("gid[{}] {}", i, netstack::gid_to_string(stack.gids().at(i)));
 
@@ -202,6 +204,7 @@ int main(int argc, char** argv) {
   app.add_option("--queues", o.queues, "RX/TX queue pairs to open and poll")->check(CLI::Range(1, 16));
   app.add_option("--resolve", o.resolve, "resolve this peer's MAC (ARP / ND) and print it");
   app.add_option("--duration", o.duration, "seconds to run (0: until SIGINT/SIGTERM)");
+  app.add_option("--mtu", o.mtu, "set the port's MTU (0: leave it)");
   app.add_flag("--promiscuous", o.promiscuous, "put the port in promiscuous mode");
   try {
     app.parse(own, argv);

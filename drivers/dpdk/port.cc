@@ -122,8 +122,9 @@ Port::Port(const PortConfig& cfg) {
     if (cfg.mtu != 0) {
       rc = rte_eth_dev_set_mtu(id_, cfg.mtu);
       if (rc != 0)
-        fail(name_ + ": set MTU " + std::to_string(cfg.mtu) + " (device allows " + std::to_string(info.min_mtu) +
-                 ".." + std::to_string(info.max_mtu) + ")",
+        fail(name_ + ": set MTU " + std::to_string(cfg.mtu) + " (device allows MTU " + std::to_string(info.min_mtu) +
+                 ".." + std::to_string(info.max_mtu) + ", frames up to " + std::to_string(info.max_rx_pktlen) +
+                 " B; for af_packet set the MTU with ip link and framesz= instead)",
              rc);
     }
 

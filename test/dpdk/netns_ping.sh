@@ -73,7 +73,7 @@ done
 check "droce-netd resolved 10.99.0.1 by ARP" grep -qi "^resolved 10.99.0.1 at $vk_mac" "$tmp/netd.log"
 check "droce-netd resolved fd00:99::1 by ND" grep -qi "^resolved fd00:99::1 at $vk_mac" "$tmp/netd.log"
 
-kill -TERM "$pid"
+kill -TERM "$pid" 2>/dev/null || true
 wait "$pid" && rc=0 || rc=$?
 pid=
 check "droce-netd exits cleanly on SIGTERM" test "$rc" -eq 0
@@ -99,7 +99,7 @@ done
 check "VLAN 100: tagged ARP and ping answered tagged, untagged ignored" \
   in_ns timeout 20 python3 "$(dirname "$0")/vlan_probe.py" vk 100 10.99.100.1 10.99.100.2
 cat "$tmp/out"
-kill -TERM "$pid"
+kill -TERM "$pid" 2>/dev/null || true
 wait "$pid" && rc=0 || rc=$?
 pid=
 check "VLAN 100: droce-netd exits cleanly" test "$rc" -eq 0
@@ -121,7 +121,7 @@ done
 for i in 11 12 13 14; do
   check "4 queues: ping from 10.99.0.$i" in_ns ping -c 2 -i 0.2 -W 2 -I 10.99.0.$i 10.99.0.2
 done
-kill -TERM "$pid"
+kill -TERM "$pid" 2>/dev/null || true
 wait "$pid" && rc=0 || rc=$?
 pid=
 check "4 queues: droce-netd exits cleanly" test "$rc" -eq 0
@@ -130,8 +130,9 @@ grep '^queue ' "$tmp/mq.log" | sed 's/^/  /'
 
 # net_tap: the PMD creates the kernel interface dtap0 in this namespace; the
 # kernel pings droce-netd through it. The port gets its own MAC (the tap PMD
-# would otherwise share the kernel interface's, and so its link-local).
-ip netns exec "$ns" timeout -k 5 30 "$netd" --device net_tap0,iface=dtap0 --mac 02:00:00:00:02:02 \
+# would otherwise share the kernel interface's, and so its link-local), an MTU
+# and promiscuous mode, which the tap PMD applies to the kernel interface.
+ip netns exec "$ns" timeout -k 5 30 "$netd" --device net_tap0,iface=dtap0 --mac 02:00:00:00:02:02 --mtu 1400 --promiscuous \
   --ip 10.99.2.2 --duration 20 -- --log-level=lib.eal:error >"$tmp/tap.log" 2>&1 &
 pid=$!
 for _ in $(seq 1 100); do
@@ -142,8 +143,11 @@ done
 ip -n "$ns" addr add 10.99.2.1/24 dev dtap0 2>/dev/null || true
 ip -n "$ns" link set dtap0 up 2>/dev/null || true
 check "net_tap: ping 10.99.2.2" in_ns ping -c 3 -i 0.2 -W 2 10.99.2.2
+check "net_tap: the port's MTU reached the kernel interface (1400)" bash -c "ip -n $ns link show dtap0 | grep -q 'mtu 1400'"
+check "net_tap: promiscuous mode reached the kernel interface" bash -c "ip -n $ns link show dtap0 | grep -q PROMISC"
+check "net_tap: 1372-byte ping (fits MTU 1400)" in_ns ping -c 2 -i 0.2 -W 2 -s 1372 -M do 10.99.2.2
 check "net_tap: kernel ARP entry holds the port's MAC" bash -c "ip -n $ns neigh show 10.99.2.2 | grep -qi 02:00:00:00:02:02"
-kill -TERM "$pid"
+kill -TERM "$pid" 2>/dev/null || true
 wait "$pid" && rc=0 || rc=$?
 pid=
 check "net_tap: droce-netd exits cleanly" test "$rc" -eq 0

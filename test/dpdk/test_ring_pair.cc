@@ -249,6 +249,13 @@ TEST_CASE("a net_ring vdev opened by device string loops back to itself") {
   for (uint16_t i = 0; i < got; ++i) CHECK(check_frame(r[i], i, 128));
   q.free_burst(r, got);
   const wire::MacAddr m{0x02, 0x11, 0x22, 0x33, 0x44, 0x55};
+  p.set_promiscuous(true);
+  CHECK(p.promiscuous());
+  p.set_promiscuous(false);
+  CHECK_FALSE(p.promiscuous());
+  CHECK(p.mtu() == 1500);
+  // net_ring has no MTU to set (net_tap's is set in test/dpdk/netns_ping.sh).
+  CHECK_THROWS_WITH(p.set_mtu(9000), Catch::Contains("set MTU 9000"));
   // net_ring cannot change its MAC: the error names the operation.
   CHECK_THROWS_WITH(p.set_mac(m), Catch::Contains("set MAC 02:11:22:33:44:55"));
   CHECK(dpdk::mac_to_string(m) == "02:11:22:33:44:55");
