@@ -11,6 +11,7 @@ ns=droce-t-$$
 tmp=$(mktemp -d)
 pid=
 fails=0
+passes=0
 
 cleanup() {
   if [ -n "$pid" ]; then kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi
@@ -48,7 +49,7 @@ done
 if ! grep -q '^ready' "$tmp/netd.log"; then cat "$tmp/netd.log"; echo "FAIL: droce-netd did not start"; exit 1; fi
 
 check() {  # check NAME COMMAND...
-  if "${@:2}" >"$tmp/out" 2>&1; then echo "ok: $1"; else echo "FAIL: $1"; cat "$tmp/out"; fails=$((fails + 1)); fi
+  if "${@:2}" >"$tmp/out" 2>&1; then echo "ok: $1"; passes=$((passes + 1)); else echo "FAIL: $1"; cat "$tmp/out"; fails=$((fails + 1)); fi
 }
 # Flush the kernel's neighbour entries first (droce-netd's own ARP/NS may have
 # taught it our MAC), so its pings must resolve us through our ARP/NA answers.
@@ -152,5 +153,6 @@ wait "$pid" && rc=0 || rc=$?
 pid=
 check "net_tap: droce-netd exits cleanly" test "$rc" -eq 0
 
-if [ "$fails" -ne 0 ]; then cat "$tmp"/*.log; echo "$fails checks failed"; exit 1; fi
-echo "all checks passed"
+# In Catch2's summary form, which scripts/count-tests.py reads.
+echo "test cases: $((passes + fails)) | $passes passed | $fails failed"
+if [ "$fails" -ne 0 ]; then cat "$tmp"/*.log; exit 1; fi
