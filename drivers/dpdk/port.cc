@@ -105,6 +105,8 @@ Port::Port(const PortConfig& cfg) {
     ntx_ = cfg.tx_queues;
 
     rte_eth_conf conf{};
+    // Zero-copy TX chains header and payload segments (DpdkQueueIo::append_external).
+    conf.txmode.offloads = info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_MULTI_SEGS;
     if (nrx_ > 1) {
       const uint64_t hf = info.flow_type_rss_offloads & (RTE_ETH_RSS_IP | RTE_ETH_RSS_UDP);
       if (hf != 0) {
