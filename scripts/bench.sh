@@ -8,4 +8,4 @@ source "$here/setup.sh"
 droce_install_packages
 droce_build build --buildtype=release >/dev/null
 "$DROCE_ROOT/build/test/bench/bench_wire" "${1:-0.5}"
-bash "$DROCE_ROOT/test/bench/bench_port.sh" "$DROCE_ROOT/build" "${1:-3}"
+bash "$DROCE_ROOT/test/bench/bench_port.sh" "$DROCE_ROOT/build" "${DROCE_PORT_BENCH_SECONDS:-3}"

@@ -11,6 +11,8 @@
 set -euo pipefail
 build=$1
 secs=${2:-4}
+case "$secs" in ''|*[!0-9]*) echo "SECONDS must be a whole number >= 2" >&2; exit 2 ;; esac
+[ "$secs" -ge 2 ] || { echo "SECONDS must be >= 2 (the receiver skips its first second)" >&2; exit 2; }
 bench=$build/test/bench/bench_port
 testpmd=$(command -v dpdk-testpmd || true)
 ns=droce-b-$$
