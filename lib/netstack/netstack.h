@@ -49,6 +49,7 @@ enum class Drop : uint8_t {
   Ipv4Malformed,      // version, IHL, length or header checksum
   Ipv4Fragment,
   Ipv4NotForUs,       // destination is not one of our addresses (incl. broadcast)
+  Ipv4BadSource,      // source 0.0.0.0, multicast or broadcast (RFC 1122 3.2.1.3)
   Ipv6Malformed,
   Ipv6NotForUs,
   Ipv6ExtHeader,      // extension headers are not handled
