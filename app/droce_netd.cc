@@ -34,21 +34,29 @@ struct Options {
   std::vector<std::string> ipv4, ipv6, resolve;
   std::string mac;
   uint16_t vlan = 0;
+  uint16_t queues = 1;
+  uint16_t mtu = 0;
   double duration = 0;
   bool promiscuous = false;
 };
 
 int run(const Options& o, const std::vector<std::string>& eal_args) {
   dpdk::Eal eal({.args = eal_args, .program = "droce-netd"});
-  dpdk::PortConfig pc{.device = o.device, .rx_desc = 256, .tx_desc = 256, .mbufs = 2047, .mbuf_cache = 64};
+  dpdk::PortConfig pc{.device = o.device, .rx_queues = o.queues, .tx_queues = o.queues, .rx_desc = 256,
+                      .tx_desc = 256, .mbufs = 2047u + 1024u * o.queues, .mbuf_cache = 64};
   pc.promiscuous = o.promiscuous;
+  pc.mtu = o.mtu;
   if (!o.mac.empty()) {
     auto m = dpdk::parse_mac(o.mac);
     if (!m) throw std::runtime_error("--mac: not a MAC address: " + o.mac);
     pc.mac = *m;
   }
   dpdk::Port port(pc);
-  dpdk::DpdkQueueIo io(port, 0);
+  // All queues are polled by this one lcore; an answer leaves by the queue
+  // its request came in on. Frames we originate use queue 0.
+  std::vector<std::unique_ptr<dpdk::DpdkQueueIo>> queues;
+  for (uint16_t q = 0; q < o.queues; ++q) queues.push_back(std::make_unique<dpdk::DpdkQueueIo>(port, q));
+  dpdk::DpdkQueueIo& io = *queues[0];
   dpdk::TscClock clock;
 
   netstack::HostConfig hc;
@@ -71,8 +79,8 @@ int run(const Options& o, const std::vector<std::string>& eal_args) {
     peers.push_back(*g);
   }
   netstack::NetStack stack(hc);
-  spdlog::info("port {} ({}) mac {} socket {} link {}", port.name(), port.driver(), dpdk::mac_to_string(port.mac()),
-               port.socket(), port.link().up ? "up" : "down");
+  spdlog::info("port {} ({}) mac {} mtu {} socket {} link {}", port.name(), port.driver(),
+               dpdk::mac_to_string(port.mac()), port.mtu(), port.socket(), port.link().up ? "up" : "down");
   for (size_t i = 0; i < stack.gids().size(); ++i)
     spdlog::info("gid[{}] {}", i, netstack::gid_to_string(stack.gids().at(i)));
 
@@ -100,22 +108,25 @@ int run(const Options& o, const std::vector<std::string>& eal_args) {
   while (!g_stop.load(std::memory_order_relaxed)) {
     const uint64_t now = clock.now_ns();
     if (now >= end_ns) break;
-    const uint16_t n = io.rx_burst(rx, 32);
-    uint16_t ntx = 0;
-    for (uint16_t i = 0; i < n; ++i) {
-      if (spare == nullptr && io.alloc_burst(&spare, 1) != 1) spare = nullptr;
-      std::span<uint8_t> out = spare ? std::span<uint8_t>(spare->data, spare->cap) : std::span<uint8_t>();
-      const auto r = stack.handle({rx[i]->data, rx[i]->len}, out, now);
-      if (r.verdict == netstack::Verdict::Reply) {
-        spare->len = r.reply_len;
-        tx[ntx++] = spare;
-        spare = nullptr;
+    for (auto& qp : queues) {
+      dpdk::DpdkQueueIo& q = *qp;
+      const uint16_t n = q.rx_burst(rx, 32);
+      uint16_t ntx = 0;
+      for (uint16_t i = 0; i < n; ++i) {
+        if (spare == nullptr && io.alloc_burst(&spare, 1) != 1) spare = nullptr;
+        std::span<uint8_t> out = spare ? std::span<uint8_t>(spare->data, spare->cap) : std::span<uint8_t>();
+        const auto r = stack.handle({rx[i]->data, rx[i]->len}, out, now);
+        if (r.verdict == netstack::Verdict::Reply) {
+          spare->len = r.reply_len;
+          tx[ntx++] = spare;
+          spare = nullptr;
+        }
       }
-    }
-    if (n != 0) io.free_burst(rx, n);
-    if (ntx != 0) {
-      const uint16_t sent = io.tx_burst(tx, ntx);
-      if (sent < ntx) io.free_burst(tx + sent, static_cast<uint16_t>(ntx - sent));
+      if (n != 0) q.free_burst(rx, n);
+      if (ntx != 0) {
+        const uint16_t sent = q.tx_burst(tx, ntx);
+        if (sent < ntx) q.free_burst(tx + sent, static_cast<uint16_t>(ntx - sent));
+      }
     }
     if (now >= next_timer) {  // every 50 ms: retries, and the peers we were asked to resolve
       next_timer = now + 50'000'000;
@@ -155,9 +166,11 @@ int run(const Options& o, const std::vector<std::string>& eal_args) {
   for (size_t i = 1; i < c.drops.size(); ++i)
     if (c.drops[i] != 0)
       std::printf("drop %s %lu\n", netstack::drop_reason_name(static_cast<netstack::Drop>(i)), c.drops[i]);
-  const auto& q = io.counters();
-  std::printf("queue rx_packets %lu tx_packets %lu tx_full %lu alloc_failures %lu\n", q.rx_packets.get(),
-              q.tx_packets.get(), q.tx_full.get(), q.alloc_failures.get());
+  for (const auto& qp : queues) {
+    const auto& q = qp->counters();
+    std::printf("queue %u rx_packets %lu tx_packets %lu tx_full %lu alloc_failures %lu\n", qp->queue_id(),
+                q.rx_packets.get(), q.tx_packets.get(), q.tx_full.get(), q.alloc_failures.get());
+  }
   for (const auto& e : stack.neighbours().entries())
     if (e.state != netstack::NeighState::Free)
       std::printf("neigh %s %s %s\n", netstack::gid_to_string(e.ip).c_str(), dpdk::mac_to_string(e.mac).c_str(),
@@ -188,8 +201,10 @@ int main(int argc, char** argv) {
   app.add_option("--ip6", o.ipv6, "IPv6 address of this host (repeatable)");
   app.add_option("--mac", o.mac, "set this MAC on the port");
   app.add_option("--vlan", o.vlan, "VLAN id (0: untagged)")->check(CLI::Range(0, 4094));
+  app.add_option("--queues", o.queues, "RX/TX queue pairs to open and poll")->check(CLI::Range(1, 16));
   app.add_option("--resolve", o.resolve, "resolve this peer's MAC (ARP / ND) and print it");
   app.add_option("--duration", o.duration, "seconds to run (0: until SIGINT/SIGTERM)");
+  app.add_option("--mtu", o.mtu, "set the port's MTU (0: leave it)");
   app.add_flag("--promiscuous", o.promiscuous, "put the port in promiscuous mode");
   try {
     app.parse(own, argv);

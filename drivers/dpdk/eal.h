@@ -18,6 +18,11 @@ struct EalOptions {
   std::string program = "droce";
   bool in_memory = true;          // add --in-memory unless --file-prefix/--in-memory given
   bool allow_pci = false;         // false: add --no-pci unless -a/--allow/-b given
+  // With no free hugepages EAL fails with a misleading "Permission denied".
+  // true: then run on ordinary memory (--no-huge -m no_huge_mb) with a warning,
+  // unless the arguments already choose the memory (--no-huge, -m, --socket-mem).
+  bool hugepage_fallback = true;
+  unsigned no_huge_mb = 256;
 };
 
 class EalError : public std::runtime_error {
@@ -39,7 +44,10 @@ class Eal {
   int consumed() const noexcept { return consumed_; }
 
   // Builds the argument vector rte_eal_init gets (pure; unit-testable).
-  static std::vector<std::string> build_args(const EalOptions& opt);
+  // free_hugepages: what /proc/meminfo reports (see free_hugepages()).
+  static std::vector<std::string> build_args(const EalOptions& opt, long free_hugepages = 1);
+  // HugePages_Free from /proc/meminfo (default page size); -1 if unreadable.
+  static long free_hugepages();
 
  private:
   std::vector<std::string> args_;

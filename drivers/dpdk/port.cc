@@ -2,7 +2,9 @@
 
 #include <dlfcn.h>
 #include <rte_build_config.h>
+#include <rte_bus.h>
 #include <rte_dev.h>
+#include <rte_devargs.h>
 #include <rte_errno.h>
 #include <rte_ethdev.h>
 #include <rte_lcore.h>
@@ -12,6 +14,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <new>
 
@@ -66,6 +69,11 @@ Port::Port(const PortConfig& cfg) {
     }
     if (pid == RTE_MAX_ETHPORTS) {
       // The device exists but is not an ethdev we can match: release it.
+      rte_devargs da{};
+      if (rte_devargs_parse(&da, cfg.device.c_str()) == 0) {
+        if (da.bus != nullptr) rte_eal_hotplug_remove(rte_bus_name(da.bus), da.name);
+        std::free(da.data);  // what rte_devargs_reset (experimental in 22.11) frees
+      }
       throw PortError(what + " probed but no ethdev port matches it");
     }
     id_ = pid;
@@ -97,6 +105,8 @@ Port::Port(const PortConfig& cfg) {
     ntx_ = cfg.tx_queues;
 
     rte_eth_conf conf{};
+    // Zero-copy TX chains header and payload segments (DpdkQueueIo::append_external).
+    conf.txmode.offloads = info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_MULTI_SEGS;
     if (nrx_ > 1) {
       const uint64_t hf = info.flow_type_rss_offloads & (RTE_ETH_RSS_IP | RTE_ETH_RSS_UDP);
       if (hf != 0) {
@@ -114,8 +124,9 @@ Port::Port(const PortConfig& cfg) {
     if (cfg.mtu != 0) {
       rc = rte_eth_dev_set_mtu(id_, cfg.mtu);
       if (rc != 0)
-        fail(name_ + ": set MTU " + std::to_string(cfg.mtu) + " (device allows " + std::to_string(info.min_mtu) +
-                 ".." + std::to_string(info.max_mtu) + ")",
+        fail(name_ + ": set MTU " + std::to_string(cfg.mtu) + " (device allows MTU " + std::to_string(info.min_mtu) +
+                 ".." + std::to_string(info.max_mtu) + ", frames up to " + std::to_string(info.max_rx_pktlen) +
+                 " B; for af_packet set the MTU with ip link and framesz= instead)",
              rc);
     }
 
@@ -129,6 +140,7 @@ Port::Port(const PortConfig& cfg) {
         uint16_t mtu = cfg.mtu;
         if (mtu == 0 && rte_eth_dev_get_mtu(id_, &mtu) != 0) mtu = RTE_ETHER_MTU;
         room = std::max<uint32_t>(RTE_MBUF_DEFAULT_BUF_SIZE, mtu + kL2Overhead + RTE_PKTMBUF_HEADROOM);
+        room = std::max(room, devargs_data_room(cfg.device));
       }
       if (room > UINT16_MAX) throw PortError(name_ + ": mbuf data room " + std::to_string(room) + " too large");
       uint32_t n = cfg.mbufs;
@@ -315,6 +327,16 @@ RingPair::~RingPair() {
   for (const auto& n : names_) rte_eal_hotplug_remove("vdev", n.c_str());
   for (auto* r : ab_) rte_ring_free(r);
   for (auto* r : ba_) rte_ring_free(r);
+}
+
+uint32_t devargs_data_room(const std::string& device) {
+  if (device.rfind("net_af_packet", 0) != 0) return 0;
+  const auto pos = device.find(",framesz=");
+  if (pos == std::string::npos) return 0;
+  const unsigned long framesz = std::strtoul(device.c_str() + pos + 9, nullptr, 10);
+  // The PMD copies a frame of up to framesz - TPACKET2_HDRLEN + sizeof(sockaddr_ll)
+  // (= framesz - 32) bytes into one mbuf.
+  return framesz > 32 ? static_cast<uint32_t>(framesz - 32 + RTE_PKTMBUF_HEADROOM) : 0;
 }
 
 std::string mac_to_string(const wire::MacAddr& m) {

@@ -38,7 +38,10 @@ struct PortConfig {
   uint16_t tx_desc = 512;
   uint32_t mbufs = 0;        // pool size; 0: enough for all rings and caches
   uint32_t mbuf_cache = 256; // per-lcore mempool cache
-  uint16_t data_room = 0;    // mbuf data room incl. headroom; 0: from the MTU (>= 2176)
+  // mbuf data room incl. headroom; 0: from the MTU (>= 2176), and for
+  // net_af_packet at least framesz - 32 + headroom when the devargs set framesz=
+  // (jumbo frames: "net_af_packet0,iface=v,framesz=9216,blocksz=36864").
+  uint16_t data_room = 0;
   uint16_t mtu = 0;          // 0: leave the device's MTU alone
   bool promiscuous = false;
   std::optional<wire::MacAddr> mac;  // set this MAC on the port
@@ -129,6 +132,10 @@ class RingPair {
   std::vector<std::string> names_;
   uint16_t a_ = 0, b_ = 0;
 };
+
+// The mbuf data room a device string needs (0: no special need): for
+// net_af_packet with framesz=N, N - 32 + RTE_PKTMBUF_HEADROOM.
+uint32_t devargs_data_room(const std::string& device);
 
 std::string mac_to_string(const wire::MacAddr& m);
 // "02:00:00:00:00:01" -> MacAddr; nullopt if malformed.

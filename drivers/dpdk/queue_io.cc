@@ -82,12 +82,15 @@ uint16_t DpdkQueueIo::tx_burst(io::PktBuf** bufs, uint16_t n) noexcept {
       mb->data_off = static_cast<uint16_t>(b->data - static_cast<uint8_t*>(mb->buf_addr));
       mb->data_len = static_cast<uint16_t>(b->len);
       mb->pkt_len = b->len;
-      chunk_bytes += b->len;
+      if (mb->nb_segs > 1) [[unlikely]] {  // appended segments (append_external / append_buf)
+        for (const rte_mbuf* s = mb->next; s != nullptr; s = s->next) mb->pkt_len += s->data_len;
+      }
+      chunk_bytes += mb->pkt_len;
       m[i] = mb;
     }
     const uint16_t sent = rte_eth_tx_burst(port_, queue_, m, chunk);
     if (sent < chunk) [[unlikely]] {
-      for (uint16_t i = sent; i < chunk; ++i) chunk_bytes -= bufs[done + i]->len;
+      for (uint16_t i = sent; i < chunk; ++i) chunk_bytes -= m[i]->pkt_len;
     }
     bytes += chunk_bytes;
     done = static_cast<uint16_t>(done + sent);
@@ -99,6 +102,33 @@ uint16_t DpdkQueueIo::tx_burst(io::PktBuf** bufs, uint16_t n) noexcept {
   }
   if (done < n) ctr_.tx_full.add(n - done);
   return done;
+}
+
+bool DpdkQueueIo::append_external(io::PktBuf* b, void* addr, uint64_t iova, uint16_t len,
+                                  rte_mbuf_ext_shared_info* shinfo) noexcept {
+  rte_mbuf* seg = rte_pktmbuf_alloc(pool_);
+  if (seg == nullptr) [[unlikely]] {
+    ctr_.alloc_failures.add(1);
+    return false;
+  }
+  rte_mbuf_ext_refcnt_update(shinfo, 1);
+  rte_pktmbuf_attach_extbuf(seg, addr, iova, len, shinfo);
+  seg->data_len = len;
+  seg->pkt_len = len;
+  rte_mbuf* head = mbuf_of(b);
+  rte_pktmbuf_lastseg(head)->next = seg;
+  head->nb_segs = static_cast<uint16_t>(head->nb_segs + 1);
+  return true;
+}
+
+void DpdkQueueIo::append_buf(io::PktBuf* b, io::PktBuf* tail) noexcept {
+  rte_mbuf* t = mbuf_of(tail);
+  t->data_off = static_cast<uint16_t>(tail->data - static_cast<uint8_t*>(t->buf_addr));
+  t->data_len = static_cast<uint16_t>(tail->len);
+  t->pkt_len = tail->len;
+  rte_mbuf* head = mbuf_of(b);
+  rte_pktmbuf_lastseg(head)->next = t;
+  head->nb_segs = static_cast<uint16_t>(head->nb_segs + t->nb_segs);
 }
 
 void DpdkQueueIo::free_burst(io::PktBuf** bufs, uint16_t n) noexcept {

@@ -16,6 +16,7 @@
 
 struct rte_mbuf;
 struct rte_mempool;
+struct rte_mbuf_ext_shared_info;
 
 namespace droce::dpdk {
 
@@ -50,6 +51,21 @@ class DpdkQueueIo final : public io::PacketIo {
   void free_burst(io::PktBuf** bufs, uint16_t n) noexcept override;
   uint32_t buf_capacity() const noexcept override { return capacity_; }
   wire::MacAddr mac() const noexcept override { return mac_; }
+
+  // ---- Zero-copy TX (rte_pktmbuf_attach_extbuf) --------------------------
+  // Appends len bytes at addr (IOVA iova, e.g. from a HugeRegion) to frame b
+  // as an external-buffer segment: the device reads them in place, nothing is
+  // copied. b's own len bytes (the headers) come first; call again for more
+  // segments, append_buf for a trailer (pad + ICRC). shinfo belongs to the
+  // caller: each appended segment adds one to its refcnt, and its free_cb
+  // runs when the last such segment is freed (after transmission, or by
+  // free_burst), i.e. when the memory may be reused. Start refcnt at 0.
+  // False (nothing appended) when no mbuf is left for the segment.
+  bool append_external(io::PktBuf* b, void* addr, uint64_t iova, uint16_t len,
+                       rte_mbuf_ext_shared_info* shinfo) noexcept;
+  // Appends a buffer of this backend (its len bytes) after b's segments; tail
+  // then belongs to b.
+  void append_buf(io::PktBuf* b, io::PktBuf* tail) noexcept;
 
   uint16_t port_id() const noexcept { return port_; }
   uint16_t queue_id() const noexcept { return queue_; }

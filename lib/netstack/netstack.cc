@@ -75,8 +75,8 @@ bool nd_find_lla(const uint8_t* opt, size_t n, uint8_t type, bool& found, wire::
 const char* drop_reason_name(Drop d) noexcept {
   static constexpr const char* kNames[] = {
       "none", "runt", "not_our_mac", "vlan_mismatch", "unknown_ethertype", "arp_malformed", "arp_not_for_us",
-      "arp_conflict", "ipv4_malformed", "ipv4_fragment", "ipv4_not_for_us", "ipv6_malformed", "ipv6_not_for_us",
-      "ipv6_ext_header", "icmp_malformed", "icmp_unhandled", "icmpv6_malformed", "icmpv6_unhandled", "nd_malformed",
+      "arp_conflict", "ipv4_malformed", "ipv4_fragment", "ipv4_not_for_us", "ipv4_bad_source", "ipv6_malformed",
+      "ipv6_not_for_us", "ipv6_ext_header", "icmp_malformed", "icmp_unhandled", "icmpv6_malformed", "icmpv6_unhandled", "nd_malformed",
       "nd_not_for_us", "udp_malformed", "udp_not_roce", "ip_proto_unhandled", "reply_no_room"};
   static_assert(sizeof(kNames) / sizeof(kNames[0]) == static_cast<size_t>(Drop::kCount));
   const auto i = static_cast<size_t>(d);
@@ -243,6 +243,8 @@ Result NetStack::handle_ipv4(const uint8_t* f, size_t l3, size_t n, std::span<ui
   const uint16_t frag = get16(ip + 6);
   if ((frag & wire::kIpv4FlagMF) || (frag & wire::kIpv4OffsetMask)) return drop(Drop::Ipv4Fragment);
   if (!is_our_ipv4(get32(ip + 16))) return drop(Drop::Ipv4NotForUs);
+  const uint32_t src = get32(ip + 12);
+  if (src == 0 || src >= 0xE0000000u) return drop(Drop::Ipv4BadSource);
 
   const uint8_t* l4 = ip + hl;
   const size_t l4len = tot - hl;

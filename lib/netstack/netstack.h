@@ -5,8 +5,9 @@
 //
 // Pure: no DPDK, no allocation after construction, no exceptions on the frame
 // path. handle() reads one received frame and, when an answer is due, writes
-// the answer frame into the caller's buffer (at most kMaxReplyLen bytes; the
-// answer is never longer than the request plus a VLAN tag, and at least 60).
+// the answer frame into the caller's buffer (never longer than the request,
+// at least 60 bytes; kMaxReplyLen is enough for every answer to a frame of a
+// 1500-byte MTU, jumbo echo requests need a buffer as large as the request).
 // One NetStack belongs to one thread (the port's control or poll lcore).
 #pragma once
 
@@ -48,6 +49,7 @@ enum class Drop : uint8_t {
   Ipv4Malformed,      // version, IHL, length or header checksum
   Ipv4Fragment,
   Ipv4NotForUs,       // destination is not one of our addresses (incl. broadcast)
+  Ipv4BadSource,      // source 0.0.0.0, multicast or broadcast (RFC 1122 3.2.1.3)
   Ipv6Malformed,
   Ipv6NotForUs,
   Ipv6ExtHeader,      // extension headers are not handled

@@ -4,7 +4,7 @@
 //       the same alloc/fill/TX/RX/free loop through DpdkQueueIo and through the
 //       plain ethdev API on the same ports; prints both and the ratio.
 //   bench_port tx DEVICE SIZE SECONDS     send as fast as possible (for
-//   bench_port rx DEVICE SECONDS          test/bench/bench_port.sh, which puts
+//   bench_port rx DEVICE SECONDS [LINGER] test/bench/bench_port.sh, which puts
 //       these against dpdk-testpmd txonly/rxonly on a veth pair).
 // EAL arguments may follow "--".
 #include <rte_cycles.h>
@@ -161,7 +161,7 @@ int tx_mode(const std::string& dev, uint32_t size, double secs) {
   return 0;
 }
 
-int rx_mode(const std::string& dev, double secs) {
+int rx_mode(const std::string& dev, double secs, double linger) {
   dpdk::Port p(dpdk::PortConfig{.device = dev, .rx_desc = 1024, .tx_desc = 256});
   dpdk::DpdkQueueIo q(p, 0);
   io::PktBuf* rx[kBurst];
@@ -182,6 +182,12 @@ int rx_mode(const std::string& dev, double secs) {
   if (t0 == 0) t0 = now;
   const Rate r = finish(got, t0, now);
   std::printf("rx %s: %.3f Mpps (%lu packets)\n", dev.c_str(), r.mpps, r.packets);
+  std::fflush(stdout);
+  // Keep draining (uncounted) until the sender has stopped.
+  for (const uint64_t stop = now + static_cast<uint64_t>(linger * static_cast<double>(hz)); rte_rdtsc() < stop;) {
+    const uint16_t m = q.rx_burst(rx, kBurst);
+    q.free_burst(rx, m);
+  }
   return 0;
 }
 
@@ -198,7 +204,7 @@ int main(int argc, char** argv) {
     (eal ? eal_args : args).emplace_back(argv[i]);
   }
   auto usage = [&] {
-    std::fprintf(stderr, "usage: %s ring SIZE SECONDS | tx DEVICE SIZE SECONDS | rx DEVICE SECONDS [-- EAL args]\n",
+    std::fprintf(stderr, "usage: %s ring SIZE SECONDS | tx DEVICE SIZE SECONDS | rx DEVICE SECONDS [LINGER] [-- EAL args]\n",
                  argv[0]);
     return 2;
   };
@@ -218,7 +224,8 @@ int main(int argc, char** argv) {
       if (size < 60 || size > 2000) throw std::runtime_error("SIZE must be 60..2000");
       return tx_mode(args[1], size, std::stod(args[3]));
     }
-    if (mode == "rx" && args.size() == 3) return rx_mode(args[1], std::stod(args[2]));
+    if (mode == "rx" && (args.size() == 3 || args.size() == 4))
+      return rx_mode(args[1], std::stod(args[2]), args.size() == 4 ? std::stod(args[3]) : 0);
     return usage();
   } catch (const std::exception& ex) {
     std::fprintf(stderr, "bench_port: %s\n", ex.what());

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "dpdk/eal.h"
+#include "dpdk/hugemem.h"
 #include "dpdk/port.h"
 #include "dpdk/queue_io.h"
 
@@ -69,6 +70,19 @@ TEST_CASE("EAL arguments get the machine's defaults unless given") {
   CHECK(args == std::vector<std::string>{"droce", "--file-prefix=x", "-a", "0000:01:00.0", "-l0"});
   args = dpdk::Eal::build_args({.args = {"--lcores=0@0,1@0", "--no-pci", "--in-memory"}});
   CHECK(args == std::vector<std::string>{"droce", "--lcores=0@0,1@0", "--no-pci", "--in-memory"});
+  // No free hugepages: ordinary memory, unless the caller chose the memory.
+  args = dpdk::Eal::build_args({.args = {"-l", "0"}}, 0);
+  CHECK(args == std::vector<std::string>{"droce", "-l", "0", "--no-shconf", "--no-pci", "--no-huge", "-m", "256"});
+  args = dpdk::Eal::build_args({.args = {"-l", "0", "--socket-mem=64"}}, 0);
+  CHECK(args.back() == "--no-pci");
+  args = dpdk::Eal::build_args({.args = {"-l", "0"}, .hugepage_fallback = false}, 0);
+  CHECK(args.back() == "--no-pci");
+}
+
+TEST_CASE("af_packet jumbo devargs size the mbufs") {
+  CHECK(dpdk::devargs_data_room("net_af_packet0,iface=v,framesz=9216,blocksz=36864") == 9216 - 32 + 128);
+  CHECK(dpdk::devargs_data_room("net_af_packet0,iface=v") == 0);
+  CHECK(dpdk::devargs_data_room("net_memif0,framesz=9216") == 0);
 }
 
 TEST_CASE("frames cross a ring pair intact, in order, and every buffer comes back") {
@@ -236,11 +250,88 @@ TEST_CASE("a net_ring vdev opened by device string loops back to itself") {
   for (uint16_t i = 0; i < got; ++i) CHECK(check_frame(r[i], i, 128));
   q.free_burst(r, got);
   const wire::MacAddr m{0x02, 0x11, 0x22, 0x33, 0x44, 0x55};
+  p.set_promiscuous(true);
+  CHECK(p.promiscuous());
+  p.set_promiscuous(false);
+  CHECK_FALSE(p.promiscuous());
+  CHECK(p.mtu() == 1500);
+  // net_ring has no MTU to set (net_tap's is set in test/dpdk/netns_ping.sh).
+  CHECK_THROWS_WITH(p.set_mtu(9000), Catch::Contains("set MTU 9000"));
   // net_ring cannot change its MAC: the error names the operation.
   CHECK_THROWS_WITH(p.set_mac(m), Catch::Contains("set MAC 02:11:22:33:44:55"));
   CHECK(dpdk::mac_to_string(m) == "02:11:22:33:44:55");
   CHECK(dpdk::parse_mac("02:11:22:33:44:55") == m);
   CHECK_FALSE(dpdk::parse_mac("02:11:22:33:44"));
+}
+
+TEST_CASE("hugepage regions know the IOVA of every byte") {
+  dpdk::HugeRegion r("t_region", 3 << 20);
+  REQUIRE(r.data() != nullptr);
+  CHECK(r.size() == (3u << 20));
+  CHECK(reinterpret_cast<uintptr_t>(r.data()) % 4096 == 0);
+  std::memset(r.data(), 0x5A, r.size());
+  CHECK(r.iova(0) != RTE_BAD_IOVA);
+  CHECK(r.iova(r.size() - 1) != RTE_BAD_IOVA);
+  if (r.iova_contiguous()) CHECK(r.iova(12345) == r.iova(0) + 12345);
+  CHECK(r.iova(4096 + 7) - r.iova(4096) == 7);  // within a page
+  CHECK_THROWS_AS(dpdk::HugeRegion("t_region", 4096), dpdk::PortError);  // name taken
+}
+
+namespace {
+int g_ext_freed = 0;
+void ext_free_cb(void*, void* opaque) { *static_cast<int*>(opaque) += 1; }
+}  // namespace
+
+TEST_CASE("zero-copy TX: payload from registered memory goes out without a copy") {
+  Pair p("rp_zc", 1);
+  DpdkQueueIo qa(p.a, 0);
+  dpdk::HugeRegion mr("t_mr", 1 << 20);
+  for (size_t i = 0; i < 4096; ++i) mr.data()[i] = static_cast<uint8_t>(i * 13);
+  rte_mbuf_ext_shared_info shinfo{};
+  shinfo.free_cb = ext_free_cb;
+  shinfo.fcb_opaque = &g_ext_freed;
+  rte_mbuf_ext_refcnt_set(&shinfo, 0);
+  const unsigned avail = rte_mempool_avail_count(p.a.pool());
+
+  // Headers in the PktBuf, 1000 payload bytes from the MR, an 8-byte trailer.
+  io::PktBuf* b[2];
+  REQUIRE(qa.alloc_burst(b, 2) == 2);
+  fill_frame(b[0], qa.mac(), 9, 42);
+  REQUIRE(qa.append_external(b[0], mr.data() + 100, mr.iova(100), 1000, &shinfo));
+  std::memset(b[1]->data, 0xEE, 8);
+  b[1]->len = 8;
+  qa.append_buf(b[0], b[1]);
+  REQUIRE(qa.tx_burst(b, 1) == 1);
+  CHECK(qa.counters().tx_bytes.get() == 1050);
+
+  // Receive with the plain ethdev API to see the segments as sent.
+  rte_mbuf* m[4];
+  REQUIRE(rte_eth_rx_burst(p.b.id(), 0, m, 4) == 1);
+  CHECK(m[0]->nb_segs == 3);
+  CHECK(m[0]->pkt_len == 1050);
+  CHECK(m[0]->data_len == 42);
+  const rte_mbuf* ext = m[0]->next;
+  CHECK(RTE_MBUF_HAS_EXTBUF(ext));
+  CHECK(rte_pktmbuf_mtod(ext, const uint8_t*) == mr.data() + 100);  // the MR itself: no copy
+  CHECK(rte_pktmbuf_iova(ext) == mr.iova(100));
+  CHECK(ext->data_len == 1000);
+  CHECK(ext->next->data_len == 8);
+  CHECK(rte_pktmbuf_mtod(ext->next, const uint8_t*)[7] == 0xEE);
+  uint8_t flat[1050];
+  REQUIRE(rte_pktmbuf_read(m[0], 0, sizeof flat, flat) != nullptr);
+  for (size_t i = 0; i < 1000; ++i) REQUIRE(flat[42 + i] == static_cast<uint8_t>((100 + i) * 13));
+  CHECK(g_ext_freed == 0);  // still in flight: the MR bytes must stay
+  rte_pktmbuf_free(m[0]);
+  CHECK(g_ext_freed == 1);  // released: the memory may be reused
+  CHECK(rte_mempool_avail_count(p.a.pool()) == avail);
+
+  // A frame freed before sending releases its external segment too.
+  REQUIRE(qa.alloc_burst(b, 1) == 1);
+  b[0]->len = 60;
+  REQUIRE(qa.append_external(b[0], mr.data(), mr.iova(0), 64, &shinfo));
+  qa.free_burst(b, 1);
+  CHECK(g_ext_freed == 2);
+  CHECK(rte_mempool_avail_count(p.a.pool()) == avail);
 }
 
 TEST_CASE("the TSC clock is monotonic and keeps time with steady_clock") {

@@ -200,6 +200,9 @@ TEST_CASE("IPv4 frames that are not ours or are broken are dropped by reason") {
   CHECK(feed(s, ipv4(kOurMac, kPeerMac, kPeerIp, 0x0A630009, 1, echo), o).drop == Drop::Ipv4NotForUs);
   CHECK(feed(s, ipv4(kBcast, kPeerMac, kPeerIp, 0xFFFFFFFF, 1, echo), o).drop == Drop::Ipv4NotForUs);
   CHECK(feed(s, ipv4(kOurMac, kPeerMac, kPeerIp, kOurIp, 1, echo, 0x2000), o).drop == Drop::Ipv4Fragment);
+  CHECK(feed(s, ipv4(kOurMac, kPeerMac, 0xFFFFFFFF, kOurIp, 1, echo), o).drop == Drop::Ipv4BadSource);
+  CHECK(feed(s, ipv4(kOurMac, kPeerMac, 0xE0000001, kOurIp, 1, echo), o).drop == Drop::Ipv4BadSource);
+  CHECK(feed(s, ipv4(kOurMac, kPeerMac, 0, kOurIp, 1, echo), o).drop == Drop::Ipv4BadSource);
   CHECK(feed(s, ipv4(kOurMac, kPeerMac, kPeerIp, kOurIp, 1, icmp_echo(13, 1, 1, 8)), o).drop == Drop::IcmpUnhandled);
   Bytes badsum = ipv4(kOurMac, kPeerMac, kPeerIp, kOurIp, 1, echo);
   badsum.back() ^= 1;
@@ -353,6 +356,8 @@ TEST_CASE("a reply that does not fit the caller's buffer is a counted drop") {
   CHECK(r.drop == Drop::ReplyNoRoom);
   CHECK(s.counters().drop(Drop::ReplyNoRoom) == 1);
   CHECK(std::string(drop_reason_name(Drop::ReplyNoRoom)) == "reply_no_room");
+  CHECK(std::string(drop_reason_name(Drop::Ipv4BadSource)) == "ipv4_bad_source");
+  CHECK(std::string(drop_reason_name(Drop::NdNotForUs)) == "nd_not_for_us");
 }
 
 TEST_CASE("the neighbour cache is fixed-size and evicts the oldest entry of a full bucket") {
