@@ -144,6 +144,9 @@ void StatsComponent::start() {
   for (const config::PortConfig& p : ctx_.cfg.ports) {
     ctx_.port_counters.push_back(std::make_unique<stats::PerCore<stats::PortCounter>>(ncores));
     ids_.push_back(ctx_.registry.add(stats::PortCounter_group, p.name, *ctx_.port_counters.back()));
+    std::vector<std::string> lcores;
+    for (const auto& c : ctx_.cfg.cores) lcores.push_back(std::to_string(c.lcore));
+    ctx_.registry.label_shards(ids_.back(), std::move(lcores));
   }
   for (size_t c = 0; c < ncores; ++c) {
     ids_.push_back(ctx_.registry.add(stats::CoreCounter_group, std::to_string(ctx_.cfg.cores[c].lcore),
@@ -183,7 +186,7 @@ json rates_json(const config::FaultRates& r) {
 
 ControlComponent::ControlComponent(DaemonContext& ctx) : ctx_(ctx), server_(server_options(ctx.cfg.control)) {
   server_.add("status", "daemon, ports, cores and components", [this](const json&) { return status(); });
-  server_.add("counters", "counters by group (args: group, nonzero)", [this](const json& a) { return counters(a); });
+  server_.add("counters", "counters by group (args: group, nonzero, per_core)", [this](const json& a) { return counters(a); });
   server_.add("fault get", "fault injection settings (args: port)", [this](const json& a) { return fault_get(a); });
   server_.add("fault set", "change fault injection (args: port, dir, drop, duplicate, reorder, corrupt, seed)",
               [this](const json& a) { return fault_set(a); });
@@ -262,8 +265,15 @@ json ControlComponent::counters(const json& args) const {
     if (!it->is_boolean()) throw CommandError("counters: nonzero must be true or false");
     nonzero = it->get<bool>();
   }
+  bool per_core = false;
+  if (auto it = args.find("per_core"); it != args.end()) {
+    if (!it->is_boolean()) throw CommandError("counters: per_core must be true or false");
+    per_core = it->get<bool>();
+  }
   for (const auto& [k, v] : args.items()) {
-    if (k != "group" && k != "nonzero") throw CommandError("counters: unknown argument '" + k + "'");
+    if (k != "group" && k != "nonzero" && k != "per_core") {
+      throw CommandError("counters: unknown argument '" + k + "'");
+    }
   }
   auto groups = ctx_.registry.groups();
   if (!group.empty() && std::find(groups.begin(), groups.end(), group) == groups.end()) {
@@ -275,9 +285,19 @@ json ControlComponent::counters(const json& args) const {
     throw CommandError("counters: no group '" + group + "' (groups: " + list + ")");
   }
   json out = json::array();
-  for (const auto& g : ctx_.registry.snapshot(group, nonzero)) {
+  for (const auto& g : ctx_.registry.snapshot(group, nonzero, per_core)) {
     json inst = json::array();
-    for (const auto& i : g.instances) inst.push_back({{"name", i.name}, {"values", i.values}});
+    for (const auto& i : g.instances) {
+      json one = {{"name", i.name}, {"values", i.values}};
+      if (per_core) {
+        json shards = json::array();
+        for (size_t s = 0; s < i.shards.size(); ++s) {
+          shards.push_back({{"core", i.shard_labels[s]}, {"values", i.shards[s]}});
+        }
+        one["per_core"] = shards;
+      }
+      inst.push_back(std::move(one));
+    }
     out.push_back({{"group", g.group}, {"names", g.names}, {"instances", inst}});
   }
   return {{"groups", out}};

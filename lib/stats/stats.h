@@ -94,7 +94,9 @@ class PerCore {
 
 struct InstanceSnapshot {
   std::string name;
-  std::vector<uint64_t> values;  // summed over the instance's shards, in name order
+  std::vector<uint64_t> values;               // summed over the instance's shards, in name order
+  std::vector<std::vector<uint64_t>> shards;  // per shard (writer core), only when asked for
+  std::vector<std::string> shard_labels;      // with shards: label_shards() names, else "0", "1", ...
 };
 
 struct GroupSnapshot {
@@ -127,12 +129,17 @@ class Registry {
     return add(g, std::move(instance), {block.data()});
   }
 
+  // Names the shards of an instance (e.g. by lcore) for per-shard snapshots.
+  // False when the id is unknown or the count differs.
+  bool label_shards(Id id, std::vector<std::string> labels);
+
   // Unregisters; false when the id is unknown.
   bool remove(Id id);
 
   // Sums every instance (of `group` only, when not empty). With nonzero, drops
   // counters that are zero in every instance of a group and groups left empty.
-  Snapshot snapshot(std::string_view group = {}, bool nonzero = false) const;
+  // With per_shard, also gives each shard's own values.
+  Snapshot snapshot(std::string_view group = {}, bool nonzero = false, bool per_shard = false) const;
 
   std::vector<std::string> groups() const;
 
@@ -143,6 +150,7 @@ class Registry {
     const GroupDesc* group;
     std::string instance;
     std::vector<const std::atomic<uint64_t>*> shards;
+    std::vector<std::string> labels;
   };
   mutable std::mutex mu_;
   std::vector<const GroupDesc*> groups_;

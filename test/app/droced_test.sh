@@ -112,6 +112,13 @@ d=json.loads(sys.argv[1])["groups"]
 assert len(d)==1 and d[0]["group"]=="control", d
 v=dict(zip(d[0]["names"], d[0]["instances"][0]["values"]))
 assert v["requests"]>=5 and v["connections"]>=5, v' "$out" && ok "counters --json --group control counts our requests" || bad "counters --json" "$out"
+out=$("$CTL" -s "$SOCK" counters --get control.socket.connections 2>&1)
+[[ "$out" =~ ^[0-9]+$ ]] && [ "$out" -ge 5 ] && ok "counters --get prints one value ($out)" || bad "counters --get" "$out"
+out=$("$CTL" -s "$SOCK" counters --get port.p0.no_such 2>&1); rc=$?
+[ $rc -eq 1 ] && grep -q "no counter port.p0.no_such" <<<"$out" && ok "counters --get of an unknown counter: exit 1" || bad "counters --get unknown" "$out"
+out=$("$CTL" -s "$SOCK" counters --per-core --group port 2>&1)
+grep -Eq "^port +p0 +all +rx_packets +0$" <<<"$out" && grep -Eq "^port +p0 +1 +rx_packets +0$" <<<"$out" \
+  && ok "counters --per-core adds each core's row" || bad "counters --per-core" "$out"
 out=$("$CTL" -s "$SOCK" counters --group nosuch 2>&1); rc=$?
 [ $rc -eq 1 ] && grep -q "no group 'nosuch' (groups: port, core, control)" <<<"$out" && ok "unknown counter group: exit 1, groups listed" || bad "counters --group nosuch" "$out"
 out=$("$CTL" -s "$SOCK" --json fault get -p p0 2>&1)

@@ -151,6 +151,13 @@ TEST_CASE("stats + control components serve status, counters, fault, shutdown", 
   CHECK(nz["groups"][0]["names"] == json{"ring_occupancy"});
   CHECK(nz["groups"][0]["instances"][1]["name"] == "5");
   CHECK(nz["groups"][0]["instances"][1]["values"][0] == 9);
+  json pc = c.call("counters", {{"group", "port"}, {"per_core", true}});
+  const json& p0 = pc["groups"][0]["instances"][0];
+  REQUIRE(p0["per_core"].size() == 2);
+  CHECK(p0["per_core"][0]["core"] == "3");
+  CHECK(p0["per_core"][0]["values"][0] == 3);
+  CHECK(p0["per_core"][1]["core"] == "5");
+  CHECK(p0["per_core"][1]["values"][0] == 4);
   CHECK_THROWS_WITH(c.call("counters", {{"bogus", 1}}), "counters: unknown argument 'bogus'");
   CHECK_THROWS_WITH(c.call("counters", {{"nonzero", "yes"}}), "counters: nonzero must be true or false");
 

@@ -72,6 +72,16 @@ TEST_CASE("registry sums shards per instance and filters", "[stats]") {
   CHECK(nz[1].names == std::vector<std::string>{"ring_occupancy"});
   CHECK(nz[1].instances[0].values == std::vector<uint64_t>{5});
 
+  Snapshot per = reg.snapshot("test", true, true);
+  REQUIRE(per[0].instances[0].shards.size() == 2);
+  CHECK(per[0].instances[0].shards[0] == std::vector<uint64_t>{3, 0, 0});
+  CHECK(per[0].instances[0].shards[1] == std::vector<uint64_t>{4, 100, 0});
+  CHECK(per[0].instances[0].shard_labels == std::vector<std::string>{"0", "1"});
+  CHECK(s[0].instances[0].shards.empty());  // only when asked for
+  CHECK(reg.label_shards(id0, {"lcore3", "lcore5"}));
+  CHECK_FALSE(reg.label_shards(id0, {"one"}));
+  CHECK(reg.snapshot("test", false, true)[0].instances[0].shard_labels == std::vector<std::string>{"lcore3", "lcore5"});
+
   CHECK(reg.remove(id0));
   CHECK_FALSE(reg.remove(id0));
   CHECK(reg.snapshot("test")[0].instances.size() == 1);
