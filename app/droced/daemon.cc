@@ -196,6 +196,11 @@ ControlComponent::ControlComponent(DaemonContext& ctx) : ctx_(ctx), server_(serv
   });
 }
 
+void ControlComponent::add_status(std::string key, std::function<json()> fill) {
+  if (server_.running()) throw std::logic_error("add_status(" + key + ") after start()");
+  status_extra_.emplace_back(std::move(key), std::move(fill));
+}
+
 void ControlComponent::start() {
   counters_id_ = ctx_.registry.add(control::ControlCounter_group, "socket", server_.counters());
   try {
@@ -239,7 +244,7 @@ json ControlComponent::status() const {
     cores.push_back({{"lcore", c.lcore}, {"queues", qs}});
   }
   auto up = std::chrono::duration<double>(std::chrono::steady_clock::now() - ctx_.started).count();
-  return {{"pid", getpid()},
+  json out = {{"pid", getpid()},
           {"version", kVersion},
           {"uptime_s", std::round(up * 10) / 10},
           {"config", ctx_.config_path},
@@ -252,6 +257,8 @@ json ControlComponent::status() const {
           {"control_clients", server_.clients()},
           {"ports", ports},
           {"cores", cores}};
+  for (const auto& [key, fill] : status_extra_) out[key] = fill();
+  return out;
 }
 
 json ControlComponent::counters(const json& args) const {

@@ -15,6 +15,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -119,6 +120,9 @@ class ControlComponent : public Component {
   std::string_view name() const override { return "control"; }
   // Lets other components add commands before start().
   control::Server& server() { return server_; }
+  // Adds `key` to the `status` answer, filled by `fill` on the control thread
+  // (e.g. the dataplane's link states). Only before start().
+  void add_status(std::string key, std::function<control::json()> fill);
   void start() override;
   void stop() noexcept override;
 
@@ -132,6 +136,7 @@ class ControlComponent : public Component {
   DaemonContext& ctx_;
   control::Server server_;
   stats::Registry::Id counters_id_ = 0;
+  std::vector<std::pair<std::string, std::function<control::json()>>> status_extra_;
 };
 
 }  // namespace droce::daemon

@@ -35,4 +35,67 @@ void setup(const config::LogConfig& cfg, std::string_view level_override) {
   spdlog::set_default_logger(std::move(logger));
 }
 
+namespace {
+
+struct LineStream {
+  std::string prefix;
+  std::function<spdlog::level::level_enum()> level_of_line;
+  std::string pending;
+
+  void emit(std::string_view line) {
+    while (!line.empty() && (line.back() == '\r' || line.back() == '\n')) line.remove_suffix(1);
+    if (line.empty()) return;
+    auto level = level_of_line ? level_of_line() : spdlog::level::info;
+    spdlog::log(level, "{}{}", prefix, line);
+  }
+};
+
+ssize_t line_write(void* cookie, const char* buf, size_t size) {
+  auto* s = static_cast<LineStream*>(cookie);
+  s->pending.append(buf, size);
+  size_t start = 0;
+  for (size_t nl = s->pending.find('\n'); nl != std::string::npos; nl = s->pending.find('\n', start)) {
+    s->emit(std::string_view(s->pending).substr(start, nl - start));
+    start = nl + 1;
+  }
+  s->pending.erase(0, start);
+  // A runaway line without a newline is cut rather than kept forever.
+  if (s->pending.size() > 64 * 1024) {
+    s->emit(s->pending);
+    s->pending.clear();
+  }
+  return static_cast<ssize_t>(size);
+}
+
+int line_close(void* cookie) {
+  auto* s = static_cast<LineStream*>(cookie);
+  s->emit(s->pending);
+  delete s;
+  return 0;
+}
+
+}  // namespace
+
+FILE* open_line_stream(std::string prefix, std::function<spdlog::level::level_enum()> level_of_line) {
+  auto* s = new LineStream{std::move(prefix), std::move(level_of_line), {}};
+  cookie_io_functions_t fns{};
+  fns.write = line_write;
+  fns.close = line_close;
+  FILE* f = fopencookie(s, "w", fns);
+  if (f == nullptr) {
+    delete s;
+    return nullptr;
+  }
+  setvbuf(f, nullptr, _IOLBF, 0);
+  return f;
+}
+
+spdlog::level::level_enum level_from_dpdk(int level) noexcept {
+  if (level <= 3) return spdlog::level::critical;  // emergency, alert, critical
+  if (level == 4) return spdlog::level::err;
+  if (level == 5) return spdlog::level::warn;
+  if (level <= 7) return spdlog::level::info;       // notice, info
+  return spdlog::level::debug;
+}
+
 }  // namespace droce::log
