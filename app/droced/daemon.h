@@ -62,7 +62,9 @@ class ShutdownLatch {
 struct DaemonContext {
   config::Config cfg;
   std::string config_path;
-  std::vector<std::string> eal_args;  // cfg.eal.args + lcores flags + the command line's, for rte_eal_init
+  // For rte_eal_init, without argv[0]: cfg.eal.args, then --lcores/--main-lcore
+  // from [eal], then the command line's arguments after --.
+  std::vector<std::string> eal_args;
   std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
   stats::Registry registry;
   std::unique_ptr<config::FaultTable> faults;

@@ -4,10 +4,11 @@
 # `droce-ctl shutdown` (exit 0, socket removed), start again right after, recover
 # from a killed daemon's stale socket, refuse a second daemon on the same
 # socket, and reject bad configs with a message naming the key.
-#   droced_test.sh DROCED DROCE_CTL
+#   droced_test.sh DROCED DROCE_CTL CONFIG_DIR
 set -uo pipefail
 DROCED=$1
 CTL=$2
+CONFIG_DIR=$3
 T=$(mktemp -d /tmp/droced-test-XXXXXX)
 SOCK=$T/ctl.sock
 PASS=0
@@ -93,6 +94,11 @@ out=$("$DROCED" --help 2>&1); rc=$?
 [ $rc -eq 0 ] && grep -q -- "--config" <<<"$out" && grep -q -- "--log-level" <<<"$out" && ok "--help exits 0 and lists the options" || bad "--help" "$out"
 out=$("$DROCED" --config "$CFG" --check 2>&1); rc=$?
 [ $rc -eq 0 ] && grep -q "ok: 1 port(s), 2 core(s)" <<<"$out" && ok "--check accepts a good config" || bad "--check" "$out"
+
+for f in "$CONFIG_DIR"/*.toml; do
+  out=$("$DROCED" --config "$f" --check 2>&1); rc=$?
+  [ $rc -eq 0 ] && ok "shipped $(basename "$f") passes --check" || bad "--check $(basename "$f")" "$out"
+done
 
 # 1. start, query, SIGTERM
 if start_daemon "$CFG" "$T/run1.log"; then ok "droced starts and serves its socket"; else bad "droced start" "$(cat "$T/run1.log")"; fi

@@ -46,6 +46,7 @@ struct Fixture {
     server->add("add", "a + b", [](const json& a) { return json(a.at("a").get<int>() + a.at("b").get<int>()); });
     server->add("fail", "always fails", [](const json&) -> json { throw CommandError("no such QP 42"); });
     server->add("crash", "throws a std::exception", [](const json&) -> json { throw std::runtime_error("boom"); });
+    server->add("weird", "throws an int", [](const json&) -> json { throw 42; });
     server->add("big", "a large answer", [](const json& a) {
       return json(std::string(a.value("n", 100000), 'x'));
     });
@@ -77,19 +78,20 @@ TEST_CASE("requests and answers", "[control]") {
   Client c = f.client();
   json help = c.call("help");
   REQUIRE(help["commands"].is_array());
-  CHECK(help["commands"].size() == 6);
+  CHECK(help["commands"].size() == 7);
   CHECK(help["commands"][0]["name"] == "add");
   CHECK(c.call("echo", {{"x", 1}, {"s", "é"}}) == json{{"x", 1}, {"s", "é"}});
   CHECK(c.call("add", {{"a", 2}, {"b", 40}}) == 42);
   CHECK_THROWS_WITH(c.call("fail"), "no such QP 42");
   CHECK_THROWS_WITH(c.call("crash"), "crash: internal error: boom");
+  CHECK_THROWS_WITH(c.call("weird"), "weird: internal error");
   CHECK_THROWS_WITH(c.call("add", {{"a", "x"}, {"b", 1}}), Catch::StartsWith("add: bad arguments:"));
   CHECK_THROWS_WITH(c.call("add", {{"a", 1}}), Catch::StartsWith("add: bad arguments:"));
   CHECK_THROWS_WITH(c.call("nope"), "unknown command 'nope' (try 'help')");
   // Still fine after all those errors.
   CHECK(c.call("add", {{"a", 1}, {"b", 1}}) == 2);
-  CHECK(f.counter(ControlCounter::requests) == 9);
-  CHECK(f.counter(ControlCounter::errors) == 5);
+  CHECK(f.counter(ControlCounter::requests) == 10);
+  CHECK(f.counter(ControlCounter::errors) == 6);
   CHECK(f.counter(ControlCounter::connections) == 1);
   CHECK(f.server->clients() == 1);
 }
