@@ -1,5 +1,7 @@
 #include "daemon.h"
 
+#include "log/log.h"
+
 #include <poll.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
@@ -117,7 +119,12 @@ std::string Daemon::run() {
       signalfd_siginfo si{};
       if (read(sfd, &si, sizeof si) == sizeof si) {
         if (si.ssi_signo == SIGHUP) {
-          spdlog::info("droced: SIGHUP ignored (restart to reload the config)");
+          // logrotate: reopen the log file. The config is not reloaded.
+          try {
+            if (log::reopen()) spdlog::info("droced: SIGHUP: log file reopened");
+          } catch (const std::exception& e) {
+            spdlog::error("droced: SIGHUP: {}; still writing the old file", e.what());
+          }
           continue;
         }
         const char* abbrev = sigabbrev_np(static_cast<int>(si.ssi_signo));

@@ -96,7 +96,7 @@ class Daemon {
   size_t started_ = 0;
 };
 
-// Blocks SIGINT, SIGTERM and SIGHUP in the calling thread (call before any
+// Blocks SIGINT, SIGTERM and SIGHUP (log reopen) in the calling thread (call before any
 // thread starts so every thread inherits it) and ignores SIGPIPE.
 void block_signals();
 

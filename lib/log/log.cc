@@ -1,8 +1,10 @@
 #include "log/log.h"
 
 #include <spdlog/sinks/basic_file_sink.h>
+#include <spdlog/sinks/dist_sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 
+#include <mutex>
 #include <stdexcept>
 
 namespace droce::log {
@@ -15,24 +17,56 @@ spdlog::level::level_enum parse_level(std::string_view level) {
   return spdlog::level::from_str(std::string(level));
 }
 
+namespace {
+
+constexpr const char* kPattern = "%Y-%m-%dT%H:%M:%S.%e %^%-5l%$ [%t] %v";
+
+// The default logger writes through a dist_sink so reopen() can swap the file
+// sink under the dist_sink's mutex while other threads log.
+std::mutex g_mu;
+std::shared_ptr<spdlog::sinks::dist_sink_mt> g_dist;
+std::string g_file;
+
+std::shared_ptr<spdlog::sinks::sink> file_sink(const std::string& file) {
+  try {
+    auto sink = std::make_shared<spdlog::sinks::basic_file_sink_mt>(file, /*truncate=*/false);
+    sink->set_pattern(kPattern);
+    return sink;
+  } catch (const spdlog::spdlog_ex& e) {
+    throw std::runtime_error("log.file: cannot open " + file + ": " + e.what());
+  }
+}
+
+}  // namespace
+
 void setup(const config::LogConfig& cfg, std::string_view level_override) {
   auto level = parse_level(level_override.empty() ? std::string_view(cfg.level) : level_override);
-  std::shared_ptr<spdlog::logger> logger;
+  std::shared_ptr<spdlog::sinks::sink> sink;
   if (cfg.file.empty()) {
-    logger = std::make_shared<spdlog::logger>("droce", std::make_shared<spdlog::sinks::stderr_color_sink_mt>());
+    sink = std::make_shared<spdlog::sinks::stderr_color_sink_mt>();
+    sink->set_pattern(kPattern);
   } else {
-    try {
-      logger = std::make_shared<spdlog::logger>(
-          "droce", std::make_shared<spdlog::sinks::basic_file_sink_mt>(cfg.file, /*truncate=*/false));
-    } catch (const spdlog::spdlog_ex& e) {
-      throw std::runtime_error("log.file: cannot open " + cfg.file + ": " + e.what());
-    }
+    sink = file_sink(cfg.file);
   }
-  logger->set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%-5l%$ [%t] %v");
+  auto dist = std::make_shared<spdlog::sinks::dist_sink_mt>(std::vector<std::shared_ptr<spdlog::sinks::sink>>{sink});
+  auto logger = std::make_shared<spdlog::logger>("droce", dist);
+  logger->set_pattern(kPattern);
   logger->set_level(level);
   // Control-path volume is small (the data path is rate-limited): flush each line.
   logger->flush_on(spdlog::level::trace);
+  {
+    std::lock_guard lock(g_mu);
+    g_dist = dist;
+    g_file = cfg.file;
+  }
   spdlog::set_default_logger(std::move(logger));
+}
+
+bool reopen() {
+  std::lock_guard lock(g_mu);
+  if (g_dist == nullptr || g_file.empty()) return false;
+  g_dist->set_sinks({file_sink(g_file)});
+  return true;
 }
 
 namespace {

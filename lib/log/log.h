@@ -30,6 +30,11 @@ spdlog::level::level_enum parse_level(std::string_view level);
 // Throws std::runtime_error when the file cannot be opened.
 void setup(const config::LogConfig& cfg, std::string_view level_override = {});
 
+// Reopens the log file set up by setup() (after logrotate moved it); safe while
+// other threads log. False when logging to stderr. Throws std::runtime_error
+// when the file cannot be opened (the old one is kept then).
+bool reopen();
+
 // A FILE* whose lines go to the default spdlog logger, each prefixed with
 // `prefix`: hand it to rte_openlog_stream() so EAL and PMD messages land in the
 // daemon's log with its format. level_of_line (called per line, may be empty)

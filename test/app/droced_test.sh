@@ -172,6 +172,19 @@ kill -INT "$DPID"
 wait_exit "$DPID"
 [ "$rc" = 0 ] && [ ! -e "$SOCK" ] && ok "SIGINT: exit 0, socket removed" || bad "SIGINT exit $rc" "$(cat "$T/run3.log")"
 
+# 3b. SIGHUP reopens the log file (logrotate) and keeps running.
+sed "s#level = \"info\"#level = \"info\"\nfile = \"$T/droced.log\"#" "$CFG" >"$T/logfile.toml"
+start_daemon "$T/logfile.toml" "$T/run3b.log" || bad "start 3b" "$(cat "$T/run3b.log")"
+mv "$T/droced.log" "$T/droced.log.1"
+kill -HUP "$DPID"
+for _ in $(seq 1 100); do [ -s "$T/droced.log" ] && break; sleep 0.05; done
+"$CTL" -s "$SOCK" status >/dev/null 2>&1 && grep -q "SIGHUP: log file reopened" "$T/droced.log" \
+  && grep -q "running (pid $DPID)" "$T/droced.log.1" && ok "SIGHUP: log file reopened, daemon still serving" \
+  || bad "SIGHUP" "$(cat "$T/run3b.log" "$T/droced.log" 2>&1)"
+kill -TERM "$DPID"
+wait_exit "$DPID"
+[ "$rc" = 0 ] && grep -q "droced: stopped" "$T/droced.log" && ok "and stops cleanly, logging to the new file" || bad "stop 3b: $rc"
+
 # 4. A killed daemon leaves a stale socket; the next start removes it.
 start_daemon "$CFG" "$T/run4.log" || bad "start 4" "$(cat "$T/run4.log")"
 kill -KILL "$DPID"

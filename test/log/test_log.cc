@@ -144,3 +144,37 @@ TEST_CASE("line stream: DPDK-style messages become log lines", "[log]") {
   unlink(file.c_str());
   rmdir(dir);
 }
+
+TEST_CASE("reopen: after the file is moved away, a new one is written", "[log]") {
+  char dir[] = "/tmp/droce-log-XXXXXX";
+  REQUIRE(mkdtemp(dir) != nullptr);
+  std::string file = std::string(dir) + "/d.log";
+  droce::config::LogConfig cfg;
+  cfg.file = file;
+  droce::log::setup(cfg);
+  // Another thread keeps logging through the swap.
+  std::atomic<bool> stop{false};
+  std::thread writer([&] {
+    for (int i = 0; !stop.load(); ++i) spdlog::info("background line {}", i);
+  });
+  spdlog::info("before rotation");
+  REQUIRE(std::rename(file.c_str(), (file + ".1").c_str()) == 0);
+  spdlog::info("after rename, before reopen");
+  CHECK(droce::log::reopen());
+  spdlog::info("after reopen");
+  stop = true;
+  writer.join();
+  spdlog::default_logger()->flush();
+  std::string old_text = read_file(file + ".1"), new_text = read_file(file);
+  CHECK(count(old_text, "before rotation") == 1);
+  CHECK(count(old_text, "after rename, before reopen") == 1);
+  CHECK(count(new_text, "after reopen") == 1);
+  CHECK(count(new_text, "before rotation") == 0);
+  CHECK_THAT(new_text, Catch::Contains(" info  ["));  // same format in the new file
+
+  droce::config::LogConfig to_stderr;
+  droce::log::setup(to_stderr);
+  CHECK_FALSE(droce::log::reopen());
+  spdlog::set_default_logger(spdlog::stderr_color_mt("test-stderr-3"));
+  std::system((std::string("rm -rf ") + dir).c_str());
+}
