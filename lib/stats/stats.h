@@ -118,6 +118,13 @@ class Registry {
   // the instance name is taken in that group.
   Id add(const GroupDesc& g, std::string instance, std::vector<const std::atomic<uint64_t>*> shards);
 
+  // The same for counters kept as plain uint64_t arrays (or structs of
+  // uint64_t fields) by a single writer, e.g. an engine's own counter block.
+  // They are read with relaxed atomic loads (__atomic_load_n): an aligned
+  // 64-bit value is never torn on the targets droce runs on; a value may lag
+  // while the writer keeps it in a register.
+  Id add_plain(const GroupDesc& g, std::string instance, std::vector<const uint64_t*> shards);
+
   template <class E>
   Id add(const GroupDesc& g, std::string instance, const PerCore<E>& blocks) {
     check_size(g, CounterBlock<E>::kSize);
@@ -150,8 +157,11 @@ class Registry {
     const GroupDesc* group;
     std::string instance;
     std::vector<const std::atomic<uint64_t>*> shards;
+    std::vector<const uint64_t*> plain;  // add_plain(): read with __atomic_load_n
     std::vector<std::string> labels;
   };
+  Id add_entry(const GroupDesc& g, std::string instance, std::vector<const std::atomic<uint64_t>*> shards,
+               std::vector<const uint64_t*> plain);
   mutable std::mutex mu_;
   std::vector<const GroupDesc*> groups_;
   std::vector<Entry> entries_;
