@@ -34,14 +34,22 @@ int main(int argc, char** argv) {
   status->callback([&] { cmd = "status"; });
 
   auto* counters = app.add_subcommand("counters", "counters per port, core, QP, ...");
-  std::string group;
-  bool nonzero = false;
+  std::string group, get;
+  bool nonzero = false, per_core = false;
   counters->add_option("-g,--group", group, "only this group (port, core, qp, control, ...)");
   counters->add_flag("-n,--nonzero", nonzero, "hide counters that are zero everywhere");
+  counters->add_flag("-c,--per-core", per_core, "also each core's own values");
+  counters->add_option("--get", get, "print one value: GROUP.INSTANCE.COUNTER (e.g. port.p0.rx_packets)");
   counters->callback([&] {
     cmd = "counters";
+    if (!get.empty()) {
+      size_t a = get.find('.'), b = get.rfind('.');
+      if (a == std::string::npos || a == b) throw CLI::ValidationError("--get", "want GROUP.INSTANCE.COUNTER, not " + get);
+      group = get.substr(0, a);
+    }
     if (!group.empty()) args["group"] = group;
     if (nonzero) args["nonzero"] = true;
+    if (per_core) args["per_core"] = true;
   });
 
   for (const char* name : {"qps", "mrs", "arp"}) {
@@ -113,6 +121,24 @@ int main(int argc, char** argv) {
   try {
     droce::control::Client client(socket, timeout_ms);
     json result = client.call(cmd, args);
+    if (!get.empty()) {
+      // GROUP.INSTANCE.COUNTER: the instance name may itself contain dots.
+      const std::string inst = get.substr(get.find('.') + 1, get.rfind('.') - get.find('.') - 1);
+      const std::string counter = get.substr(get.rfind('.') + 1);
+      for (const json& g : result["groups"]) {
+        for (size_t i = 0; i < g["names"].size(); ++i) {
+          if (g["names"][i] != counter) continue;
+          for (const json& in : g["instances"]) {
+            if (in["name"] == inst) {
+              std::cout << in["values"][i].dump() << "\n";
+              return 0;
+            }
+          }
+        }
+      }
+      std::fprintf(stderr, "droce-ctl: no counter %s\n", get.c_str());
+      return 1;
+    }
     if (as_json) {
       std::cout << result.dump(2, ' ', false, json::error_handler_t::replace) << "\n";
     } else {

@@ -1,5 +1,7 @@
 #include "daemon.h"
 
+#include "log/log.h"
+
 #include <poll.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
@@ -117,7 +119,12 @@ std::string Daemon::run() {
       signalfd_siginfo si{};
       if (read(sfd, &si, sizeof si) == sizeof si) {
         if (si.ssi_signo == SIGHUP) {
-          spdlog::info("droced: SIGHUP ignored (restart to reload the config)");
+          // logrotate: reopen the log file. The config is not reloaded.
+          try {
+            if (log::reopen()) spdlog::info("droced: SIGHUP: log file reopened");
+          } catch (const std::exception& e) {
+            spdlog::error("droced: SIGHUP: {}; still writing the old file", e.what());
+          }
           continue;
         }
         const char* abbrev = sigabbrev_np(static_cast<int>(si.ssi_signo));
@@ -144,6 +151,9 @@ void StatsComponent::start() {
   for (const config::PortConfig& p : ctx_.cfg.ports) {
     ctx_.port_counters.push_back(std::make_unique<stats::PerCore<stats::PortCounter>>(ncores));
     ids_.push_back(ctx_.registry.add(stats::PortCounter_group, p.name, *ctx_.port_counters.back()));
+    std::vector<std::string> lcores;
+    for (const auto& c : ctx_.cfg.cores) lcores.push_back(std::to_string(c.lcore));
+    ctx_.registry.label_shards(ids_.back(), std::move(lcores));
   }
   for (size_t c = 0; c < ncores; ++c) {
     ids_.push_back(ctx_.registry.add(stats::CoreCounter_group, std::to_string(ctx_.cfg.cores[c].lcore),
@@ -183,7 +193,7 @@ json rates_json(const config::FaultRates& r) {
 
 ControlComponent::ControlComponent(DaemonContext& ctx) : ctx_(ctx), server_(server_options(ctx.cfg.control)) {
   server_.add("status", "daemon, ports, cores and components", [this](const json&) { return status(); });
-  server_.add("counters", "counters by group (args: group, nonzero)", [this](const json& a) { return counters(a); });
+  server_.add("counters", "counters by group (args: group, nonzero, per_core)", [this](const json& a) { return counters(a); });
   server_.add("fault get", "fault injection settings (args: port)", [this](const json& a) { return fault_get(a); });
   server_.add("fault set", "change fault injection (args: port, dir, drop, duplicate, reorder, corrupt, seed)",
               [this](const json& a) { return fault_set(a); });
@@ -191,6 +201,11 @@ ControlComponent::ControlComponent(DaemonContext& ctx) : ctx_(ctx), server_(serv
     ctx_.shutdown.request("shutdown requested over the control socket");
     return json{{"stopping", true}};
   });
+}
+
+void ControlComponent::add_status(std::string key, std::function<json()> fill) {
+  if (server_.running()) throw std::logic_error("add_status(" + key + ") after start()");
+  status_extra_.emplace_back(std::move(key), std::move(fill));
 }
 
 void ControlComponent::start() {
@@ -236,7 +251,7 @@ json ControlComponent::status() const {
     cores.push_back({{"lcore", c.lcore}, {"queues", qs}});
   }
   auto up = std::chrono::duration<double>(std::chrono::steady_clock::now() - ctx_.started).count();
-  return {{"pid", getpid()},
+  json out = {{"pid", getpid()},
           {"version", kVersion},
           {"uptime_s", std::round(up * 10) / 10},
           {"config", ctx_.config_path},
@@ -249,6 +264,8 @@ json ControlComponent::status() const {
           {"control_clients", server_.clients()},
           {"ports", ports},
           {"cores", cores}};
+  for (const auto& [key, fill] : status_extra_) out[key] = fill();
+  return out;
 }
 
 json ControlComponent::counters(const json& args) const {
@@ -262,8 +279,15 @@ json ControlComponent::counters(const json& args) const {
     if (!it->is_boolean()) throw CommandError("counters: nonzero must be true or false");
     nonzero = it->get<bool>();
   }
+  bool per_core = false;
+  if (auto it = args.find("per_core"); it != args.end()) {
+    if (!it->is_boolean()) throw CommandError("counters: per_core must be true or false");
+    per_core = it->get<bool>();
+  }
   for (const auto& [k, v] : args.items()) {
-    if (k != "group" && k != "nonzero") throw CommandError("counters: unknown argument '" + k + "'");
+    if (k != "group" && k != "nonzero" && k != "per_core") {
+      throw CommandError("counters: unknown argument '" + k + "'");
+    }
   }
   auto groups = ctx_.registry.groups();
   if (!group.empty() && std::find(groups.begin(), groups.end(), group) == groups.end()) {
@@ -275,9 +299,19 @@ json ControlComponent::counters(const json& args) const {
     throw CommandError("counters: no group '" + group + "' (groups: " + list + ")");
   }
   json out = json::array();
-  for (const auto& g : ctx_.registry.snapshot(group, nonzero)) {
+  for (const auto& g : ctx_.registry.snapshot(group, nonzero, per_core)) {
     json inst = json::array();
-    for (const auto& i : g.instances) inst.push_back({{"name", i.name}, {"values", i.values}});
+    for (const auto& i : g.instances) {
+      json one = {{"name", i.name}, {"values", i.values}};
+      if (per_core) {
+        json shards = json::array();
+        for (size_t s = 0; s < i.shards.size(); ++s) {
+          shards.push_back({{"core", i.shard_labels[s]}, {"values", i.shards[s]}});
+        }
+        one["per_core"] = shards;
+      }
+      inst.push_back(std::move(one));
+    }
     out.push_back({{"group", g.group}, {"names", g.names}, {"instances", inst}});
   }
   return {{"groups", out}};

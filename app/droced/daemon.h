@@ -15,6 +15,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -61,7 +62,9 @@ class ShutdownLatch {
 struct DaemonContext {
   config::Config cfg;
   std::string config_path;
-  std::vector<std::string> eal_args;  // cfg.eal.args + lcores flags + the command line's, for rte_eal_init
+  // For rte_eal_init, without argv[0]: cfg.eal.args, then --lcores/--main-lcore
+  // from [eal], then the command line's arguments after --.
+  std::vector<std::string> eal_args;
   std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
   stats::Registry registry;
   std::unique_ptr<config::FaultTable> faults;
@@ -93,7 +96,7 @@ class Daemon {
   size_t started_ = 0;
 };
 
-// Blocks SIGINT, SIGTERM and SIGHUP in the calling thread (call before any
+// Blocks SIGINT, SIGTERM and SIGHUP (log reopen) in the calling thread (call before any
 // thread starts so every thread inherits it) and ignores SIGPIPE.
 void block_signals();
 
@@ -119,6 +122,9 @@ class ControlComponent : public Component {
   std::string_view name() const override { return "control"; }
   // Lets other components add commands before start().
   control::Server& server() { return server_; }
+  // Adds `key` to the `status` answer, filled by `fill` on the control thread
+  // (e.g. the dataplane's link states). Only before start().
+  void add_status(std::string key, std::function<control::json()> fill);
   void start() override;
   void stop() noexcept override;
 
@@ -132,6 +138,7 @@ class ControlComponent : public Component {
   DaemonContext& ctx_;
   control::Server server_;
   stats::Registry::Id counters_id_ = 0;
+  std::vector<std::pair<std::string, std::function<control::json()>>> status_extra_;
 };
 
 }  // namespace droce::daemon

@@ -249,6 +249,10 @@ std::string Server::handle_line(std::string_view line) {
     counters_.add(ControlCounter::errors);
     spdlog::error("control: {} failed: {}", name, e.what());
     return error_line(name + ": internal error: " + e.what(), id);
+  } catch (...) {
+    counters_.add(ControlCounter::errors);
+    spdlog::error("control: {} failed with a non-standard exception", name);
+    return error_line(name + ": internal error", id);
   }
 }
 
@@ -405,10 +409,16 @@ void Server::run() {
       short re = fds[i + 2].revents;
       bool keep = true;
       if (re & POLLNVAL) keep = false;
-      if (keep && (re & (POLLIN | POLLHUP | POLLERR)) && !(fds[i + 2].events & POLLOUT)) keep = on_readable(c);
-      if (keep && (re & (POLLOUT | POLLERR))) keep = on_writable(c);
-      // New answers produced by reading: try to send them right away.
-      if (keep && c.out_off < c.out.size() && !(re & POLLOUT)) keep = on_writable(c);
+      try {
+        if (keep && (re & (POLLIN | POLLHUP | POLLERR)) && !(fds[i + 2].events & POLLOUT)) keep = on_readable(c);
+        if (keep && (re & (POLLOUT | POLLERR))) keep = on_writable(c);
+        // New answers produced by reading: try to send them right away.
+        if (keep && c.out_off < c.out.size() && !(re & POLLOUT)) keep = on_writable(c);
+      } catch (const std::exception& e) {
+        // Out of memory or the like, for this connection: drop it, keep serving.
+        spdlog::error("control: closing a connection: {}", e.what());
+        keep = false;
+      }
       bool drained = c.out_off >= c.out.size();
       if (keep && drained && c.close_after_flush) keep = false;
       if (keep && drained && c.read_closed && c.in.empty()) keep = false;

@@ -112,17 +112,33 @@ std::string render_table(const std::vector<std::string>& header, const std::vect
 
 std::string render_result(const json& result) {
   if (result.is_object() && result.contains("groups") && result["groups"].is_array()) {
+    // With per-core values: a CORE column, "all" for the sum.
+    bool per_core = false;
+    for (const json& g : result["groups"]) {
+      for (const json& inst : g.value("instances", json::array())) per_core = per_core || inst.contains("per_core");
+    }
     std::vector<std::vector<std::string>> rows;
     for (const json& g : result["groups"]) {
       const json& names = g.value("names", json::array());
+      const std::string group = cell_text(g.value("group", json("?")));
       for (const json& inst : g.value("instances", json::array())) {
-        const json& vals = inst.value("values", json::array());
-        for (size_t i = 0; i < names.size() && i < vals.size(); ++i) {
-          rows.push_back({cell_text(g.value("group", json("?"))), cell_text(inst.value("name", json("?"))),
-                          cell_text(names[i]), cell_text(vals[i])});
+        const std::string name = cell_text(inst.value("name", json("?")));
+        auto add_rows = [&](const std::string& core, const json& vals) {
+          for (size_t i = 0; i < names.size() && i < vals.size(); ++i) {
+            if (per_core) {
+              rows.push_back({group, name, core, cell_text(names[i]), cell_text(vals[i])});
+            } else {
+              rows.push_back({group, name, cell_text(names[i]), cell_text(vals[i])});
+            }
+          }
+        };
+        add_rows("all", inst.value("values", json::array()));
+        if (per_core && inst.contains("per_core") && inst["per_core"].size() > 1) {
+          for (const json& sh : inst["per_core"]) add_rows(cell_text(sh.value("core", json("?"))), sh.value("values", json::array()));
         }
       }
     }
+    if (per_core) return render_table({"group", "instance", "core", "counter", "value"}, rows);
     return render_table({"group", "instance", "counter", "value"}, rows);
   }
   if (array_of_objects(result)) return objects_table(result);

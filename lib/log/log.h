@@ -13,6 +13,8 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -27,6 +29,22 @@ spdlog::level::level_enum parse_level(std::string_view level);
 // stderr. level_override (from --log-level) wins over cfg.level when not empty.
 // Throws std::runtime_error when the file cannot be opened.
 void setup(const config::LogConfig& cfg, std::string_view level_override = {});
+
+// Reopens the log file set up by setup() (after logrotate moved it); safe while
+// other threads log. False when logging to stderr. Throws std::runtime_error
+// when the file cannot be opened (the old one is kept then).
+bool reopen();
+
+// A FILE* whose lines go to the default spdlog logger, each prefixed with
+// `prefix`: hand it to rte_openlog_stream() so EAL and PMD messages land in the
+// daemon's log with its format. level_of_line (called per line, may be empty)
+// gives the level, e.g. from rte_log_cur_msg_loglevel() through
+// level_from_dpdk(); without it lines log at info. fclose() it when done.
+// Returns nullptr (errno set) when the stream cannot be made.
+FILE* open_line_stream(std::string prefix, std::function<spdlog::level::level_enum()> level_of_line = {});
+
+// DPDK log levels (RTE_LOG_EMERG = 1 .. RTE_LOG_DEBUG = 8) -> spdlog.
+spdlog::level::level_enum level_from_dpdk(int level) noexcept;
 
 inline uint64_t now_ns() noexcept {
   return static_cast<uint64_t>(

@@ -14,6 +14,15 @@ void Registry::check_size(const GroupDesc& g, size_t n) {
 
 Registry::Id Registry::add(const GroupDesc& g, std::string instance,
                            std::vector<const std::atomic<uint64_t>*> shards) {
+  return add_entry(g, std::move(instance), std::move(shards), {});
+}
+
+Registry::Id Registry::add_plain(const GroupDesc& g, std::string instance, std::vector<const uint64_t*> shards) {
+  return add_entry(g, std::move(instance), {}, std::move(shards));
+}
+
+Registry::Id Registry::add_entry(const GroupDesc& g, std::string instance,
+                                 std::vector<const std::atomic<uint64_t>*> shards, std::vector<const uint64_t*> plain) {
   std::lock_guard lock(mu_);
   const GroupDesc* known = nullptr;
   for (const GroupDesc* d : groups_) {
@@ -33,8 +42,19 @@ Registry::Id Registry::add(const GroupDesc& g, std::string instance,
     known = &g;
   }
   Id id = next_id_++;
-  entries_.push_back(Entry{id, known, std::move(instance), std::move(shards)});
+  entries_.push_back(Entry{id, known, std::move(instance), std::move(shards), std::move(plain), {}});
   return id;
+}
+
+bool Registry::label_shards(Id id, std::vector<std::string> labels) {
+  std::lock_guard lock(mu_);
+  for (Entry& e : entries_) {
+    if (e.id != id) continue;
+    if (labels.size() != e.shards.size() + e.plain.size()) return false;
+    e.labels = std::move(labels);
+    return true;
+  }
+  return false;
 }
 
 bool Registry::remove(Id id) {
@@ -52,7 +72,7 @@ std::vector<std::string> Registry::groups() const {
   return out;
 }
 
-Snapshot Registry::snapshot(std::string_view group, bool nonzero) const {
+Snapshot Registry::snapshot(std::string_view group, bool nonzero, bool per_shard) const {
   std::lock_guard lock(mu_);
   Snapshot out;
   for (const GroupDesc* g : groups_) {
@@ -62,9 +82,24 @@ Snapshot Registry::snapshot(std::string_view group, bool nonzero) const {
     const size_t n = g->names.size();
     for (const Entry& e : entries_) {
       if (e.group != g) continue;
-      InstanceSnapshot is{e.instance, std::vector<uint64_t>(n, 0)};
+      InstanceSnapshot is{e.instance, std::vector<uint64_t>(n, 0), {}, {}};
+      auto take = [&](auto load) {
+        std::vector<uint64_t> own(per_shard ? n : 0);
+        for (size_t i = 0; i < n; ++i) {
+          uint64_t v = load(i);
+          is.values[i] += v;
+          if (per_shard) own[i] = v;
+        }
+        if (per_shard) {
+          is.shard_labels.push_back(e.labels.empty() ? std::to_string(is.shards.size()) : e.labels[is.shards.size()]);
+          is.shards.push_back(std::move(own));
+        }
+      };
       for (const std::atomic<uint64_t>* shard : e.shards) {
-        for (size_t i = 0; i < n; ++i) is.values[i] += shard[i].load(std::memory_order_relaxed);
+        take([shard](size_t i) { return shard[i].load(std::memory_order_relaxed); });
+      }
+      for (const uint64_t* shard : e.plain) {
+        take([shard](size_t i) { return __atomic_load_n(shard + i, __ATOMIC_RELAXED); });
       }
       gs.instances.push_back(std::move(is));
     }
@@ -78,12 +113,16 @@ Snapshot Registry::snapshot(std::string_view group, bool nonzero) const {
       if (keep[i]) gs.names.emplace_back(g->names[i]);
     }
     if (nonzero) {
-      for (InstanceSnapshot& is : gs.instances) {
+      auto filter = [&](std::vector<uint64_t>& values) {
         std::vector<uint64_t> v;
         for (size_t i = 0; i < n; ++i) {
-          if (keep[i]) v.push_back(is.values[i]);
+          if (keep[i]) v.push_back(values[i]);
         }
-        is.values = std::move(v);
+        values = std::move(v);
+      };
+      for (InstanceSnapshot& is : gs.instances) {
+        filter(is.values);
+        for (auto& sh : is.shards) filter(sh);
       }
       if (gs.names.empty()) continue;
     }

@@ -94,7 +94,9 @@ class PerCore {
 
 struct InstanceSnapshot {
   std::string name;
-  std::vector<uint64_t> values;  // summed over the instance's shards, in name order
+  std::vector<uint64_t> values;               // summed over the instance's shards, in name order
+  std::vector<std::vector<uint64_t>> shards;  // per shard (writer core), only when asked for
+  std::vector<std::string> shard_labels;      // with shards: label_shards() names, else "0", "1", ...
 };
 
 struct GroupSnapshot {
@@ -116,6 +118,13 @@ class Registry {
   // the instance name is taken in that group.
   Id add(const GroupDesc& g, std::string instance, std::vector<const std::atomic<uint64_t>*> shards);
 
+  // The same for counters kept as plain uint64_t arrays (or structs of
+  // uint64_t fields) by a single writer, e.g. an engine's own counter block.
+  // They are read with relaxed atomic loads (__atomic_load_n): an aligned
+  // 64-bit value is never torn on the targets droce runs on; a value may lag
+  // while the writer keeps it in a register.
+  Id add_plain(const GroupDesc& g, std::string instance, std::vector<const uint64_t*> shards);
+
   template <class E>
   Id add(const GroupDesc& g, std::string instance, const PerCore<E>& blocks) {
     check_size(g, CounterBlock<E>::kSize);
@@ -127,12 +136,17 @@ class Registry {
     return add(g, std::move(instance), {block.data()});
   }
 
+  // Names the shards of an instance (e.g. by lcore) for per-shard snapshots.
+  // False when the id is unknown or the count differs.
+  bool label_shards(Id id, std::vector<std::string> labels);
+
   // Unregisters; false when the id is unknown.
   bool remove(Id id);
 
   // Sums every instance (of `group` only, when not empty). With nonzero, drops
   // counters that are zero in every instance of a group and groups left empty.
-  Snapshot snapshot(std::string_view group = {}, bool nonzero = false) const;
+  // With per_shard, also gives each shard's own values.
+  Snapshot snapshot(std::string_view group = {}, bool nonzero = false, bool per_shard = false) const;
 
   std::vector<std::string> groups() const;
 
@@ -143,7 +157,11 @@ class Registry {
     const GroupDesc* group;
     std::string instance;
     std::vector<const std::atomic<uint64_t>*> shards;
+    std::vector<const uint64_t*> plain;  // add_plain(): read with __atomic_load_n
+    std::vector<std::string> labels;
   };
+  Id add_entry(const GroupDesc& g, std::string instance, std::vector<const std::atomic<uint64_t>*> shards,
+               std::vector<const uint64_t*> plain);
   mutable std::mutex mu_;
   std::vector<const GroupDesc*> groups_;
   std::vector<Entry> entries_;

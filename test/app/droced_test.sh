@@ -4,10 +4,11 @@
 # `droce-ctl shutdown` (exit 0, socket removed), start again right after, recover
 # from a killed daemon's stale socket, refuse a second daemon on the same
 # socket, and reject bad configs with a message naming the key.
-#   droced_test.sh DROCED DROCE_CTL
+#   droced_test.sh DROCED DROCE_CTL CONFIG_DIR
 set -uo pipefail
 DROCED=$1
 CTL=$2
+CONFIG_DIR=$3
 T=$(mktemp -d /tmp/droced-test-XXXXXX)
 SOCK=$T/ctl.sock
 PASS=0
@@ -94,6 +95,11 @@ out=$("$DROCED" --help 2>&1); rc=$?
 out=$("$DROCED" --config "$CFG" --check 2>&1); rc=$?
 [ $rc -eq 0 ] && grep -q "ok: 1 port(s), 2 core(s)" <<<"$out" && ok "--check accepts a good config" || bad "--check" "$out"
 
+for f in "$CONFIG_DIR"/*.toml; do
+  out=$("$DROCED" --config "$f" --check 2>&1); rc=$?
+  [ $rc -eq 0 ] && ok "shipped $(basename "$f") passes --check" || bad "--check $(basename "$f")" "$out"
+done
+
 # 1. start, query, SIGTERM
 if start_daemon "$CFG" "$T/run1.log"; then ok "droced starts and serves its socket"; else bad "droced start" "$(cat "$T/run1.log")"; fi
 out=$("$CTL" -s "$SOCK" status 2>&1)
@@ -112,6 +118,13 @@ d=json.loads(sys.argv[1])["groups"]
 assert len(d)==1 and d[0]["group"]=="control", d
 v=dict(zip(d[0]["names"], d[0]["instances"][0]["values"]))
 assert v["requests"]>=5 and v["connections"]>=5, v' "$out" && ok "counters --json --group control counts our requests" || bad "counters --json" "$out"
+out=$("$CTL" -s "$SOCK" counters --get control.socket.connections 2>&1)
+[[ "$out" =~ ^[0-9]+$ ]] && [ "$out" -ge 5 ] && ok "counters --get prints one value ($out)" || bad "counters --get" "$out"
+out=$("$CTL" -s "$SOCK" counters --get port.p0.no_such 2>&1); rc=$?
+[ $rc -eq 1 ] && grep -q "no counter port.p0.no_such" <<<"$out" && ok "counters --get of an unknown counter: exit 1" || bad "counters --get unknown" "$out"
+out=$("$CTL" -s "$SOCK" counters --per-core --group port 2>&1)
+grep -Eq "^port +p0 +all +rx_packets +0$" <<<"$out" && grep -Eq "^port +p0 +1 +rx_packets +0$" <<<"$out" \
+  && ok "counters --per-core adds each core's row" || bad "counters --per-core" "$out"
 out=$("$CTL" -s "$SOCK" counters --group nosuch 2>&1); rc=$?
 [ $rc -eq 1 ] && grep -q "no group 'nosuch' (groups: port, core, control)" <<<"$out" && ok "unknown counter group: exit 1, groups listed" || bad "counters --group nosuch" "$out"
 out=$("$CTL" -s "$SOCK" --json fault get -p p0 2>&1)
@@ -158,6 +171,19 @@ start_daemon "$CFG" "$T/run3.log" || bad "start 3" "$(cat "$T/run3.log")"
 kill -INT "$DPID"
 wait_exit "$DPID"
 [ "$rc" = 0 ] && [ ! -e "$SOCK" ] && ok "SIGINT: exit 0, socket removed" || bad "SIGINT exit $rc" "$(cat "$T/run3.log")"
+
+# 3b. SIGHUP reopens the log file (logrotate) and keeps running.
+sed "s#level = \"info\"#level = \"info\"\nfile = \"$T/droced.log\"#" "$CFG" >"$T/logfile.toml"
+start_daemon "$T/logfile.toml" "$T/run3b.log" || bad "start 3b" "$(cat "$T/run3b.log")"
+mv "$T/droced.log" "$T/droced.log.1"
+kill -HUP "$DPID"
+for _ in $(seq 1 100); do [ -s "$T/droced.log" ] && break; sleep 0.05; done
+"$CTL" -s "$SOCK" status >/dev/null 2>&1 && grep -q "SIGHUP: log file reopened" "$T/droced.log" \
+  && grep -q "running (pid $DPID)" "$T/droced.log.1" && ok "SIGHUP: log file reopened, daemon still serving" \
+  || bad "SIGHUP" "$(cat "$T/run3b.log" "$T/droced.log" 2>&1)"
+kill -TERM "$DPID"
+wait_exit "$DPID"
+[ "$rc" = 0 ] && grep -q "droced: stopped" "$T/droced.log" && ok "and stops cleanly, logging to the new file" || bad "stop 3b: $rc"
 
 # 4. A killed daemon leaves a stale socket; the next start removes it.
 start_daemon "$CFG" "$T/run4.log" || bad "start 4" "$(cat "$T/run4.log")"

@@ -126,8 +126,14 @@ TEST_CASE("stats + control components serve status, counters, fault, shutdown", 
   ctx.faults = std::make_unique<config::FaultTable>(ctx.cfg.ports);
   daemon::Daemon d(ctx);
   d.add(std::make_unique<daemon::StatsComponent>(ctx));
-  d.add(std::make_unique<daemon::ControlComponent>(ctx));
+  auto control = std::make_unique<daemon::ControlComponent>(ctx);
+  daemon::ControlComponent* ctl = control.get();
+  // What a dataplane component does before the socket opens.
+  ctl->server().add("qps", "list QPs", [](const json&) { return json{{"qps", json::array({{{"qpn", 17}}})}}; });
+  ctl->add_status("links", [] { return json{{"p0", "up"}}; });
+  d.add(std::move(control));
   d.start();
+  CHECK_THROWS(ctl->add_status("late", [] { return json(); }));
 
   // A core writes its blocks; the control socket sees the sums.
   REQUIRE(ctx.port_counters.size() == 2);
@@ -142,6 +148,8 @@ TEST_CASE("stats + control components serve status, counters, fault, shutdown", 
   CHECK(st["ports"].size() == 2);
   CHECK(st["cores"][1]["lcore"] == 5);
   CHECK(st["cores"][0]["queues"] == json{"p0:rx0/tx0", "p1:rx0/tx0"});
+  CHECK(st["links"]["p0"] == "up");
+  CHECK(c.call("qps")["qps"][0]["qpn"] == 17);
 
   json cn = c.call("counters", {{"group", "port"}});
   REQUIRE(cn["groups"].size() == 1);
@@ -151,6 +159,13 @@ TEST_CASE("stats + control components serve status, counters, fault, shutdown", 
   CHECK(nz["groups"][0]["names"] == json{"ring_occupancy"});
   CHECK(nz["groups"][0]["instances"][1]["name"] == "5");
   CHECK(nz["groups"][0]["instances"][1]["values"][0] == 9);
+  json pc = c.call("counters", {{"group", "port"}, {"per_core", true}});
+  const json& p0 = pc["groups"][0]["instances"][0];
+  REQUIRE(p0["per_core"].size() == 2);
+  CHECK(p0["per_core"][0]["core"] == "3");
+  CHECK(p0["per_core"][0]["values"][0] == 3);
+  CHECK(p0["per_core"][1]["core"] == "5");
+  CHECK(p0["per_core"][1]["values"][0] == 4);
   CHECK_THROWS_WITH(c.call("counters", {{"bogus", 1}}), "counters: unknown argument 'bogus'");
   CHECK_THROWS_WITH(c.call("counters", {{"nonzero", "yes"}}), "counters: nonzero must be true or false");
 

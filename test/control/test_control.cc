@@ -3,9 +3,11 @@
 // connections, idle clients, refused peers, clients that do not read).
 #include <catch2/catch.hpp>
 
+#include <grp.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -46,6 +48,7 @@ struct Fixture {
     server->add("add", "a + b", [](const json& a) { return json(a.at("a").get<int>() + a.at("b").get<int>()); });
     server->add("fail", "always fails", [](const json&) -> json { throw CommandError("no such QP 42"); });
     server->add("crash", "throws a std::exception", [](const json&) -> json { throw std::runtime_error("boom"); });
+    server->add("weird", "throws an int", [](const json&) -> json { throw 42; });
     server->add("big", "a large answer", [](const json& a) {
       return json(std::string(a.value("n", 100000), 'x'));
     });
@@ -77,19 +80,20 @@ TEST_CASE("requests and answers", "[control]") {
   Client c = f.client();
   json help = c.call("help");
   REQUIRE(help["commands"].is_array());
-  CHECK(help["commands"].size() == 6);
+  CHECK(help["commands"].size() == 7);
   CHECK(help["commands"][0]["name"] == "add");
   CHECK(c.call("echo", {{"x", 1}, {"s", "é"}}) == json{{"x", 1}, {"s", "é"}});
   CHECK(c.call("add", {{"a", 2}, {"b", 40}}) == 42);
   CHECK_THROWS_WITH(c.call("fail"), "no such QP 42");
   CHECK_THROWS_WITH(c.call("crash"), "crash: internal error: boom");
+  CHECK_THROWS_WITH(c.call("weird"), "weird: internal error");
   CHECK_THROWS_WITH(c.call("add", {{"a", "x"}, {"b", 1}}), Catch::StartsWith("add: bad arguments:"));
   CHECK_THROWS_WITH(c.call("add", {{"a", 1}}), Catch::StartsWith("add: bad arguments:"));
   CHECK_THROWS_WITH(c.call("nope"), "unknown command 'nope' (try 'help')");
   // Still fine after all those errors.
   CHECK(c.call("add", {{"a", 1}, {"b", 1}}) == 2);
-  CHECK(f.counter(ControlCounter::requests) == 9);
-  CHECK(f.counter(ControlCounter::errors) == 5);
+  CHECK(f.counter(ControlCounter::requests) == 10);
+  CHECK(f.counter(ControlCounter::errors) == 6);
   CHECK(f.counter(ControlCounter::connections) == 1);
   CHECK(f.server->clients() == 1);
 }
@@ -306,6 +310,76 @@ TEST_CASE("peer credentials are checked", "[control]") {
   Fixture dflt;
   Client d = dflt.client();
   CHECK(d.call("add", {{"a", 0}, {"b", 0}}) == 0);
+}
+
+namespace {
+// In a child running as uid/gid 65534 (nobody/nogroup): sends a request and
+// returns 0 when it was answered, 1 when refused with "permission denied",
+// 2 when it could not even connect, 3 on anything else.
+int request_as_nobody(const std::string& path) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    // Only async-signal-safe calls from here on.
+    if (setgroups(0, nullptr) != 0 || setgid(65534) != 0 || setuid(65534) != 0) _exit(3);
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::memcpy(a.sun_path, path.c_str(), path.size() + 1);
+    if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) _exit(2);
+    const char req[] = "{\"cmd\":\"help\"}\n";
+    if (write(fd, req, sizeof req - 1) < 0) {
+      // The refusal may already have closed the connection; read it anyway.
+    }
+    char buf[512] = {};
+    size_t got = 0;
+    for (int i = 0; i < 100 && got < sizeof buf - 1; ++i) {
+      ssize_t n = read(fd, buf + got, sizeof buf - 1 - got);
+      if (n <= 0) break;
+      got += static_cast<size_t>(n);
+      if (std::memchr(buf, '\n', got) != nullptr) break;
+    }
+    if (std::strstr(buf, "\"ok\":true") != nullptr) _exit(0);
+    if (std::strstr(buf, "permission denied") != nullptr) _exit(1);
+    _exit(3);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 4;
+}
+}  // namespace
+
+TEST_CASE("default peer policy with real credentials (root only)", "[control]") {
+  if (geteuid() != 0) {
+    WARN("not root: cannot run a client as another user; skipped");
+    return;
+  }
+  TempDir dir;
+  REQUIRE(chmod(dir.path.c_str(), 0755) == 0);  // let nobody reach the socket
+  ServerOptions opt;
+  opt.path = dir.path + "/ctl.sock";
+  SECTION("another user, not in the group: refused by SO_PEERCRED") {
+    opt.mode = 0666;  // the file mode would let it in; the credential check must not
+    Server s(opt);
+    s.start();
+    CHECK(request_as_nobody(opt.path) == 1);
+    CHECK(s.counters().get(ControlCounter::rejected_peer) == 1);
+  }
+  SECTION("a member of the socket's group: served") {
+    opt.mode = 0660;
+    opt.gid = 65534;
+    Server s(opt);
+    s.start();
+    struct stat st{};
+    REQUIRE(stat(opt.path.c_str(), &st) == 0);
+    CHECK(st.st_gid == 65534u);
+    CHECK(request_as_nobody(opt.path) == 0);
+  }
+  SECTION("the file mode alone keeps others out") {
+    opt.mode = 0600;
+    Server s(opt);
+    s.start();
+    CHECK(request_as_nobody(opt.path) == 2);
+  }
 }
 
 TEST_CASE("socket file: mode, stale file, live server, not a socket, removal", "[control]") {

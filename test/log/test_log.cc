@@ -103,3 +103,78 @@ TEST_CASE("setup: file sink, level filter, rate-limited call site", "[log]") {
   unlink(file.c_str());
   rmdir(dir);
 }
+
+TEST_CASE("line stream: DPDK-style messages become log lines", "[log]") {
+  char dir[] = "/tmp/droce-log-XXXXXX";
+  REQUIRE(mkdtemp(dir) != nullptr);
+  std::string file = std::string(dir) + "/d.log";
+  droce::config::LogConfig cfg;
+  cfg.level = "debug";
+  cfg.file = file;
+  droce::log::setup(cfg);
+  int level = 8;  // what rte_log_cur_msg_loglevel() would say: RTE_LOG_DEBUG
+  FILE* f = droce::log::open_line_stream("dpdk: ", [&] { return droce::log::level_from_dpdk(level); });
+  REQUIRE(f != nullptr);
+  std::fprintf(f, "EAL: Detected CPU lcores: %d\n", 2);
+  level = 4;  // RTE_LOG_ERR
+  std::fprintf(f, "EAL: Cannot open %s", "/dev/vfio");  // a line written in two parts
+  std::fflush(f);
+  std::fprintf(f, " (ignored)\nEAL: partial at close");
+  std::fflush(f);
+  spdlog::default_logger()->flush();
+  std::string text = read_file(file);
+  CHECK(count(text, "dpdk: EAL: Detected CPU lcores: 2") == 1);
+  CHECK(count(text, "dpdk: EAL: Cannot open /dev/vfio (ignored)") == 1);
+  // Each line at the level the callback gave when it was completed.
+  auto line_of = [&](const std::string& needle) {
+    size_t at = text.find(needle);
+    REQUIRE(at != std::string::npos);
+    size_t begin = text.rfind('\n', at);
+    return text.substr(begin == std::string::npos ? 0 : begin + 1, at - (begin == std::string::npos ? 0 : begin + 1));
+  };
+  CHECK_THAT(line_of("EAL: Detected"), Catch::Contains(" debug "));
+  CHECK_THAT(line_of("EAL: Cannot open"), Catch::Contains(" error "));
+  CHECK(count(text, "partial at close") == 0);
+  std::fclose(f);
+  spdlog::default_logger()->flush();
+  CHECK(count(read_file(file), "dpdk: EAL: partial at close") == 1);
+  CHECK(droce::log::level_from_dpdk(8) == spdlog::level::debug);
+  CHECK(droce::log::level_from_dpdk(1) == spdlog::level::critical);
+  spdlog::set_default_logger(spdlog::stderr_color_mt("test-stderr-2"));
+  unlink(file.c_str());
+  rmdir(dir);
+}
+
+TEST_CASE("reopen: after the file is moved away, a new one is written", "[log]") {
+  char dir[] = "/tmp/droce-log-XXXXXX";
+  REQUIRE(mkdtemp(dir) != nullptr);
+  std::string file = std::string(dir) + "/d.log";
+  droce::config::LogConfig cfg;
+  cfg.file = file;
+  droce::log::setup(cfg);
+  // Another thread keeps logging through the swap.
+  std::atomic<bool> stop{false};
+  std::thread writer([&] {
+    for (int i = 0; !stop.load(); ++i) spdlog::info("background line {}", i);
+  });
+  spdlog::info("before rotation");
+  REQUIRE(std::rename(file.c_str(), (file + ".1").c_str()) == 0);
+  spdlog::info("after rename, before reopen");
+  CHECK(droce::log::reopen());
+  spdlog::info("after reopen");
+  stop = true;
+  writer.join();
+  spdlog::default_logger()->flush();
+  std::string old_text = read_file(file + ".1"), new_text = read_file(file);
+  CHECK(count(old_text, "before rotation") == 1);
+  CHECK(count(old_text, "after rename, before reopen") == 1);
+  CHECK(count(new_text, "after reopen") == 1);
+  CHECK(count(new_text, "before rotation") == 0);
+  CHECK_THAT(new_text, Catch::Contains(" info  ["));  // same format in the new file
+
+  droce::config::LogConfig to_stderr;
+  droce::log::setup(to_stderr);
+  CHECK_FALSE(droce::log::reopen());
+  spdlog::set_default_logger(spdlog::stderr_color_mt("test-stderr-3"));
+  std::system((std::string("rm -rf ") + dir).c_str());
+}

@@ -72,6 +72,16 @@ TEST_CASE("registry sums shards per instance and filters", "[stats]") {
   CHECK(nz[1].names == std::vector<std::string>{"ring_occupancy"});
   CHECK(nz[1].instances[0].values == std::vector<uint64_t>{5});
 
+  Snapshot per = reg.snapshot("test", true, true);
+  REQUIRE(per[0].instances[0].shards.size() == 2);
+  CHECK(per[0].instances[0].shards[0] == std::vector<uint64_t>{3, 0, 0});
+  CHECK(per[0].instances[0].shards[1] == std::vector<uint64_t>{4, 100, 0});
+  CHECK(per[0].instances[0].shard_labels == std::vector<std::string>{"0", "1"});
+  CHECK(s[0].instances[0].shards.empty());  // only when asked for
+  CHECK(reg.label_shards(id0, {"lcore3", "lcore5"}));
+  CHECK_FALSE(reg.label_shards(id0, {"one"}));
+  CHECK(reg.snapshot("test", false, true)[0].instances[0].shard_labels == std::vector<std::string>{"lcore3", "lcore5"});
+
   CHECK(reg.remove(id0));
   CHECK_FALSE(reg.remove(id0));
   CHECK(reg.snapshot("test")[0].instances.size() == 1);
@@ -119,4 +129,34 @@ TEST_CASE("concurrent single writers, reader sees monotonic exact totals", "[sta
   CHECK(s[0] == kCores * kIters);
   CHECK(s[1] == kCores * kIters * 64);
   CHECK(blocks.sum(TestCounter::packets) == kCores * kIters);
+}
+
+TEST_CASE("plain uint64_t counters of another module register too", "[stats]") {
+  // Like an engine's own block and a per-QP struct of uint64_t fields.
+  struct alignas(64) EngineCounters {
+    uint64_t v[3] = {};
+  } eng;
+  struct QpCtr {
+    uint64_t retransmits = 0, timeouts = 0;
+  } qp;
+  static_assert(sizeof(QpCtr) == 2 * sizeof(uint64_t));
+  static const std::string_view qp_names[] = {"retransmits", "timeouts"};
+  static const GroupDesc qp_group{"qp", qp_names};
+  Registry reg;
+  reg.add_plain(TestCounter_group, "engine0", {eng.v});
+  auto id = reg.add_plain(qp_group, "17", {&qp.retransmits});
+  CHECK(reg.label_shards(id, {"lcore1"}));
+  eng.v[1] = 1500;
+  qp.timeouts = 2;
+  std::thread writer([&] {
+    for (int i = 0; i < 100000; ++i) __atomic_store_n(&qp.retransmits, qp.retransmits + 1, __ATOMIC_RELAXED);
+  });
+  writer.join();
+  auto s = reg.snapshot("", false, true);
+  REQUIRE(s.size() == 2);
+  CHECK(s[0].instances[0].values == std::vector<uint64_t>{0, 1500, 0});
+  CHECK(s[1].group == "qp");
+  CHECK(s[1].instances[0].values == std::vector<uint64_t>{100000, 2});
+  CHECK(s[1].instances[0].shard_labels == std::vector<std::string>{"lcore1"});
+  CHECK(reg.remove(id));
 }
