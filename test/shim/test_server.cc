@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <random>
 #include <thread>
 
 #include "loopback_backend.h"
@@ -544,4 +545,72 @@ TEST_CASE("a client killed with SIGKILL leaves nothing behind", "[shim][server][
   Empty e;
   CHECK(survivor.conn.call<Op::DeallocPd>({spd}, e) == 0);
   CHECK(f.backend.live_objects() == 0);
+}
+
+TEST_CASE("server: random requests from a hostile client never crash it", "[shim][server][fuzz]") {
+  Fixture f;
+  Cl good(f);
+  uint32_t pd = good.pd();
+  std::mt19937 rng(12345);
+  int answered = 0, cut = 0;
+  for (int round = 0; round < 20; round++) {
+    int s = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+    sockaddr_un sa{};
+    sa.sun_family = AF_UNIX;
+    std::strcpy(sa.sun_path, f.server.socket_path().c_str());
+    REQUIRE(connect(s, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) == 0);
+    timeval tv{5, 0};
+    setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    for (int i = 0; i < 200; i++) {
+      uint8_t msg[kMaxMessage];
+      for (auto& b : msg) b = static_cast<uint8_t>(rng());
+      // Mostly well-formed headers with random ops, bodies and handles.
+      size_t len = sizeof(ReqHdr) + rng() % 300;
+      ReqHdr h{kMagic, kVersion, static_cast<uint16_t>(rng() % (static_cast<unsigned>(Op::Count_) + 2)),
+               static_cast<uint32_t>(i), 0};
+      if (i == 0) {
+        h.op = static_cast<uint16_t>(Op::OpenDevice);
+        OpenDeviceReq o{0, DROCE_SHM_ABI_VERSION};
+        std::memcpy(msg + sizeof(h), &o, sizeof(o));
+        len = sizeof(h) + sizeof(o);
+      } else if (rng() % 3 == 0) {
+        // the right body size for the op, random contents
+        static const size_t sizes[] = {0, 0, sizeof(OpenDeviceReq), 0, sizeof(PortReq), sizeof(PortReq), 0,
+                                       sizeof(HandleReq), sizeof(RegMrReq), sizeof(HandleReq), 0, sizeof(HandleReq),
+                                       sizeof(CreateCqReq), sizeof(HandleReq), sizeof(CreateSrqReq),
+                                       sizeof(ModifySrqReq), sizeof(HandleReq), sizeof(HandleReq), sizeof(CreateQpReq),
+                                       sizeof(ModifyQpReq), sizeof(QueryQpReq), sizeof(HandleReq), sizeof(CreateAhReq),
+                                       sizeof(HandleReq)};
+        if (h.op < std::size(sizes)) len = sizeof(h) + sizes[h.op];
+        // small handle numbers so some name real objects
+        for (size_t k = sizeof(h); k + 4 <= len; k += 4) {
+          uint32_t v = rng() % 4 == 0 ? rng() % 8 : static_cast<uint32_t>(rng());
+          std::memcpy(msg + k, &v, 4);
+        }
+      }
+      if (rng() % 50 == 0) h.magic = static_cast<uint32_t>(rng());
+      std::memcpy(msg, &h, sizeof(h));
+      if (send(s, msg, len, MSG_NOSIGNAL) < 0) break;
+      uint8_t resp[kMaxMessage];
+      int fds[4], nfds = 0;
+      ssize_t n = recv_with_fds(s, resp, sizeof(resp), fds, 4, &nfds);
+      for (int k = 0; k < nfds; k++) close(fds[k]);
+      if (n <= 0) {
+        cut++;
+        break;
+      }
+      answered++;
+    }
+    close(s);
+  }
+  INFO("answered " << answered << ", connections cut " << cut);
+  CHECK(answered > 1000);
+  // The server still serves, and the hostile clients left nothing behind.
+  CHECK(good.pd() != pd);
+  CHECK(eventually([&] { return f.server.stats().clients == 1; }));
+  auto st = f.server.stats();
+  CHECK(st.objects[static_cast<int>(ObjKind::Qp)] == 0);
+  CHECK(st.objects[static_cast<int>(ObjKind::Cq)] == 0);
+  CHECK(st.objects[static_cast<int>(ObjKind::Pd)] == 2);  // the good client's
+  CHECK(st.mapped_bytes == 0);
 }
