@@ -373,6 +373,9 @@ int ShimServer::listen() {
   sa.sun_family = AF_UNIX;
   if (cfg_.socket_path.empty() || cfg_.socket_path.size() >= sizeof(sa.sun_path)) return -ENAMETOOLONG;
   std::memcpy(sa.sun_path, cfg_.socket_path.c_str(), cfg_.socket_path.size() + 1);
+  // The socket's directory (e.g. /run/droce) may not exist yet.
+  if (auto slash = cfg_.socket_path.rfind('/'); slash != std::string::npos && slash > 0)
+    mkdir(cfg_.socket_path.substr(0, slash).c_str(), 0755);
   int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0) return -errno;
   unlink(cfg_.socket_path.c_str());  // a stale socket of a dead daemon
