@@ -276,8 +276,8 @@ int main(int argc, char** argv) {
   waitpid(pid, &st, 0);
   server.stop();
   backend.stop();
-  rmdir(dir);
   unlink(sock.c_str());
+  rmdir(dir);
   Result shim{};
   if (!WIFEXITED(st) || WEXITSTATUS(st) != 0 || read(p[0], &shim, sizeof(shim)) != sizeof(shim)) {
     std::fprintf(stderr, "client failed (status %d)\n", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
