@@ -54,6 +54,14 @@ run_bg() {
   exec timeout "$t" "$@"
 }
 
+# The next TCP port nobody listens on (other test suites may run beside us).
+next_port() {
+  for _ in $(seq 100); do
+    port=$((port + 1))
+    [ -z "$(ss -Htln "sport = :$port" 2>/dev/null)" ] && return
+  done
+}
+
 ok() { pass=$((pass + 1)); echo "ok   $*"; }
 bad() { fail=$((fail + 1)); echo "FAIL $*"; }
 
@@ -84,7 +92,7 @@ no_objects() {
 pair() {
   local name=$1
   shift
-  port=$((port + 1))
+  next_port
   run 60 "$@" -p "$port" >"$work/a.log" 2>&1 &
   local apid=$!
   sleep 0.3
@@ -147,13 +155,13 @@ fi
 
 # SIGKILL mid-transfer: an ib_write_bw pair runs for seconds; kill -9 its
 # client while an ibv_rc_pingpong pair (validating data) runs beside it.
-port=$((port + 1))
+next_port
 run_bg 60 ib_write_bw -x 0 -D 20 -p "$port" >"$work/kill-a.log" 2>&1 &
 kapid=$!
 sleep 0.3
 run_bg 60 ib_write_bw -x 0 -D 20 -p "$port" localhost >"$work/kill-b.log" 2>&1 &
 kbpid=$!
-port=$((port + 1))
+next_port
 run_bg 60 ibv_rc_pingpong -g 0 -n 2000 -c -p "$port" >"$work/pp-a.log" 2>&1 &
 ppa=$!
 sleep 0.3
