@@ -614,3 +614,56 @@ TEST_CASE("server: random requests from a hostile client never crash it", "[shim
   CHECK(st.objects[static_cast<int>(ObjKind::Pd)] == 2);  // the good client's
   CHECK(st.mapped_bytes == 0);
 }
+
+TEST_CASE("memory scheme: remap at the same address, reuse, overlap rules", "[shim][mr]") {
+  const size_t pg = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  auto* buf = static_cast<uint8_t*>(aligned_alloc(pg, 8 * pg));
+  REQUIRE(buf != nullptr);
+  for (size_t i = 0; i < 8 * pg; i++) buf[i] = static_cast<uint8_t>(i * 13);
+  // An unaligned range is rounded out to whole pages; the contents survive.
+  MrMemory a;
+  REQUIRE(prepare_mr_memory(buf + pg + 100, 2 * pg, a) == 0);
+  CHECK(a.map_addr == reinterpret_cast<uint64_t>(buf + pg));
+  CHECK(a.map_len == 3 * pg);
+  CHECK(a.fd_offset == 0);
+  for (size_t i = 0; i < 8 * pg; i++)
+    if (buf[i] != static_cast<uint8_t>(i * 13)) FAIL("byte " << i << " changed by the remap");
+  // The program's pages and the memfd are the same memory now.
+  auto* other = static_cast<uint8_t*>(mmap(nullptr, 3 * pg, PROT_READ | PROT_WRITE, MAP_SHARED, a.fd, 0));
+  REQUIRE(other != MAP_FAILED);
+  buf[pg + 200] = 0xAB;
+  CHECK(other[200] == 0xAB);
+  other[300] = 0xCD;
+  CHECK(buf[pg + 300] == 0xCD);
+  // A range inside it reuses the memfd at the right offset, no copy.
+  MrMemory b;
+  REQUIRE(prepare_mr_memory(buf + 2 * pg + 8, 16, b) == 0);
+  CHECK(b.entry == a.entry);
+  CHECK(b.fd_offset == pg);
+  // A range that straddles its edge cannot join it.
+  MrMemory c;
+  CHECK(prepare_mr_memory(buf + 3 * pg, 2 * pg, c) == -EINVAL);
+  // Once both registrations are gone the pages can be registered afresh.
+  close(a.fd);
+  close(b.fd);
+  release_mr_memory(a.entry);
+  release_mr_memory(b.entry);
+  REQUIRE(prepare_mr_memory(buf + 3 * pg, 2 * pg, c) == 0);
+  CHECK(buf[pg + 300] == 0xCD);
+  close(c.fd);
+  release_mr_memory(c.entry);
+  munmap(other, 3 * pg);
+  // alloc_shared memory registers without a remap.
+  auto* s = static_cast<uint8_t*>(alloc_shared(4 * pg));
+  REQUIRE(s != nullptr);
+  s[5] = 7;
+  MrMemory d;
+  REQUIRE(prepare_mr_memory(s, 4 * pg, d) == 0);
+  CHECK(d.map_addr == reinterpret_cast<uint64_t>(s));
+  CHECK(s[5] == 7);
+  close(d.fd);
+  release_mr_memory(d.entry);
+  free_shared(s);
+  CHECK(prepare_mr_memory(nullptr, 10, d) == -EINVAL);
+  free(buf);
+}
