@@ -124,6 +124,16 @@ else
   echo "$out" | tail -n 20
 fi
 
+# The IBVERBS_1.0 versions of the device-level calls (.symver aliases).
+if [ -n "${DROCE_COMPAT_1_0_CHECK:-}" ]; then
+  out=$(run 10 "$DROCE_COMPAT_1_0_CHECK" 2>&1)
+  if [ $? -eq 0 ] && echo "$out" | grep -q "1.0: droce0 vendor 0xffffff gid\[1\] ends 10.99.0.1"; then
+    ok "IBVERBS_1.0 and 1.1 versions side by side"
+  else
+    bad "IBVERBS_1.0 versions: $out"
+  fi
+fi
+
 # ibverbs-utils pingpongs (-c: the receiver validates the data).
 for s in 2 4096 1048576; do
   pair "ibv_rc_pingpong -s $s" ibv_rc_pingpong -g 0 -n 100 -s "$s" -c
