@@ -138,7 +138,10 @@ void delete_obj(T* p) {
 std::mutex g_dev_mu;
 std::vector<FDevice*> g_devices;  // kept for the process lifetime, like rdma-core
 
-int refresh_devices() {
+// Asks the daemon for its devices; `out` gets the ones it has now. Device
+// objects are reused across calls (a program may keep ibv_device pointers
+// after freeing the list) and never freed, like rdma-core's.
+int refresh_devices(std::vector<FDevice*>& out) {
   std::string path = default_socket_path();
   ShimConnection c;
   int rc = c.connect(path);
@@ -148,9 +151,13 @@ int refresh_devices() {
   for (uint32_t i = 0; i < r.count && i < kMaxDevices; i++) {
     const DeviceInfo& d = r.dev[i];
     std::string name(d.name, strnlen(d.name, sizeof(d.name)));
-    auto it = std::find_if(g_devices.begin(), g_devices.end(),
-                           [&](FDevice* x) { return name == x->dev.name && x->socket == path; });
-    if (it != g_devices.end()) continue;
+    auto it = std::find_if(g_devices.begin(), g_devices.end(), [&](FDevice* x) {
+      return name == x->dev.name && x->socket == path && x->index == d.index;
+    });
+    if (it != g_devices.end()) {
+      out.push_back(*it);
+      continue;
+    }
     auto* f = new_obj<FDevice>();
     if (f == nullptr) return -ENOMEM;
     f->dev.node_type = IBV_NODE_CA;
@@ -164,6 +171,7 @@ int refresh_devices() {
     f->guid = d.node_guid;
     f->socket = path;
     g_devices.push_back(f);
+    out.push_back(f);
   }
   return 0;
 }
@@ -363,15 +371,15 @@ const char* const kWcStatus[] = {
 DROCE_EXPORT_1_1(ibv_get_device_list)
 ibv_device** droce_v11_ibv_get_device_list(int* num) {
   std::lock_guard<std::mutex> g(g_dev_mu);
-  int rc = refresh_devices();
-  (void)rc;  // no daemon: an empty list, as libibverbs gives without devices
-  auto** list = static_cast<ibv_device**>(calloc(g_devices.size() + 1, sizeof(ibv_device*)));
+  std::vector<FDevice*> now;
+  if (refresh_devices(now) != 0) now.clear();  // no daemon: an empty list, as libibverbs without devices
+  auto** list = static_cast<ibv_device**>(calloc(now.size() + 1, sizeof(ibv_device*)));
   if (list == nullptr) {
     errno = ENOMEM;
     return nullptr;
   }
-  for (size_t i = 0; i < g_devices.size(); i++) list[i] = &g_devices[i]->dev;
-  if (num) *num = static_cast<int>(g_devices.size());
+  for (size_t i = 0; i < now.size(); i++) list[i] = &now[i]->dev;
+  if (num) *num = static_cast<int>(now.size());
   return list;
 }
 
