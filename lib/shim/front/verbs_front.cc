@@ -136,7 +136,9 @@ void delete_obj(T* p) {
 // ---- device list ----------------------------------------------------------
 
 std::mutex g_dev_mu;
-std::vector<FDevice*> g_devices;  // kept for the process lifetime, like rdma-core
+// Kept for the process lifetime, like rdma-core's (never destroyed, so
+// pointers programs hold stay valid during exit too).
+std::vector<FDevice*>& g_devices = *new std::vector<FDevice*>();
 
 // Asks the daemon for its devices; `out` gets the ones it has now. Device
 // objects are reused across calls (a program may keep ibv_device pointers
