@@ -13,6 +13,7 @@
 #include <iostream>
 
 #include "daemon.h"
+#include "dataplane_component.h"
 #include "log/log.h"
 
 using namespace droce;
@@ -22,6 +23,7 @@ int main(int argc, char** argv) {
   std::string config_path;
   std::string log_level;
   bool check = false;
+  bool no_dataplane = false;
   std::vector<std::string> eal_extra;
   app.add_option("--config", config_path, "config file (TOML), see config/droced.toml")
       ->required()
@@ -29,6 +31,7 @@ int main(int argc, char** argv) {
   app.add_option("--log-level", log_level, "override [log] level: trace debug info warn error critical off")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}));
   app.add_flag("--check", check, "validate the config, print a summary and exit");
+  app.add_flag("--no-dataplane", no_dataplane, "control socket and counters only: no EAL, ports or cores");
   app.add_option("eal_args", eal_extra, "extra EAL arguments, after --");
   app.set_version_flag("--version", std::string(daemon::kVersion));
   app.footer(
@@ -71,10 +74,12 @@ int main(int argc, char** argv) {
 
   daemon::Daemon d(ctx);
   d.add(std::make_unique<daemon::StatsComponent>(ctx));
-  // The dataplane component (EAL, ports, cores, transport) goes here: after
-  // stats (it writes the counter blocks), before control (so its commands are
-  // registered before the socket opens and it stops after the socket closes).
-  d.add(std::make_unique<daemon::ControlComponent>(ctx));
+  // The dataplane (EAL, ports, cores, transport): after stats (it writes the
+  // counter blocks), before control (its commands are registered before the
+  // socket opens, and it stops after the socket closes).
+  auto control = std::make_unique<daemon::ControlComponent>(ctx);
+  if (!no_dataplane) d.add(std::make_unique<daemon::DataplaneComponent>(ctx, *control));
+  d.add(std::move(control));
 
   spdlog::info("droced {} starting: config {}, {} port(s), {} core(s)", daemon::kVersion, config_path,
                ctx.cfg.ports.size(), ctx.cfg.cores.size());

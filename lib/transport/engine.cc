@@ -147,7 +147,10 @@ int Engine::create_qp(const verbs::QpInitAttr& init, uint32_t* qpn) {
       c.max_send_sge > verbs::kMaxSge || c.max_recv_sge > verbs::kMaxSge || c.max_inline_data > verbs::kMaxInline)
     return EINVAL;
   if (init.srq && init.srq->pd() != init.pd) return EINVAL;
-  for (uint32_t n = 2; n < qps_.size(); ++n) {  // QP0/QP1 are reserved
+  const uint32_t stride = cfg_.qpn_stride ? cfg_.qpn_stride : 1;
+  uint32_t first = cfg_.qpn_offset % stride;
+  while (first < 2) first += stride;  // QP0/QP1 are reserved
+  for (uint32_t n = first; n < qps_.size(); n += stride) {
     if (!qps_[n]) {
       qps_[n] = std::make_unique<Qp>(n, init);
       qps_[n]->mtu = verbs::mtu_bytes(cfg_.port_mtu);

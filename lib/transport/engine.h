@@ -69,6 +69,10 @@ struct EngineConfig {
   wire::MacAddr mac{};
   wire::Gid gid{};
   uint32_t max_qps = 1024;  // QPNs 2 .. max_qps-1
+  // QPN partition (several engines, one per core, sharing a port): this engine
+  // hands out only QPNs with qpn % qpn_stride == qpn_offset.
+  uint32_t qpn_stride = 1;
+  uint32_t qpn_offset = 0;
   // MR table storage: caller's block (e.g. hugepages); nullptr = engine allocates.
   void* mr_mem = nullptr;
   size_t mr_mem_bytes = 0;

@@ -58,7 +58,7 @@ EOF
 # DPID (droced's own pid: no wrapper, so signals reach it; the EXIT trap kills
 # whatever is left).
 start_daemon() {
-  "$DROCED" --config "$1" >"$2" 2>&1 &
+  "$DROCED" --no-dataplane --config "$1" >"$2" 2>&1 &
   DPID=$!
   PIDS+=("$DPID")
   for _ in $(seq 1 100); do
@@ -149,7 +149,7 @@ print(s.makefile().read())' "$SOCK" 2>&1)
 grep -q '"ok":false,"error":"malformed JSON' <<<"$out" && grep -q '"ok":true' <<<"$out" && ok "raw socket: garbage answered with an error, next request served" || bad "raw socket" "$out"
 
 # A second daemon on the same socket is refused; the first keeps running.
-out=$(timeout -k 2 10 "$DROCED" --config "$CFG" 2>&1); rc=$?
+out=$(timeout -k 2 10 "$DROCED" --no-dataplane --config "$CFG" 2>&1); rc=$?
 [ $rc -eq 1 ] && grep -q "is in use by a running server" <<<"$out" && "$CTL" -s "$SOCK" status >/dev/null 2>&1 \
   && ok "a second droced on the same socket exits 1; the first is unaffected" || bad "second daemon" "$out (rc $rc)"
 

@@ -1,0 +1,922 @@
+// droce-perf: perftest-like benchmark between two droce nodes. Each side runs
+// its own embedded droce node (lib/engine/embed.h) on a DPDK port; the two
+// exchange QPN / PSN / rkey / address over TCP (port 18515, as perftest) and
+// run send/write/read/atomic x bw/lat with the data verified.
+//
+//   server:  droce-perf write_bw --device net_af_packet0,iface=vb --ip 10.20.0.2 -- --lcores=0@1
+//   client:  droce-perf write_bw 127.0.0.1 --device net_af_packet0,iface=va --ip 10.20.0.1 -s 4096 -- ...
+//
+// The client decides the test parameters and sends them to the server.
+// Exit status: 0 when every run completed and verified, 1 otherwise.
+#include <CLI/CLI.hpp>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <rte_cycles.h>
+#include <spdlog/spdlog.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <numeric>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "engine/embed.h"
+#include "netstack/gid_table.h"
+
+using namespace droce;
+using verbs::QpType;
+using verbs::WrOpcode;
+
+namespace {
+
+enum class Verb : uint32_t { Send, Write, Read, Atomic };
+struct Opts {
+  std::string test, host, device, mac;
+  std::vector<std::string> ip;
+  uint32_t size = 65536;
+  bool all = false;
+  uint64_t iters = 1000;
+  double duration = 0;
+  uint32_t qps = 1;
+  uint32_t mtu = 1024;
+  std::string conn = "RC";
+  uint32_t gid_index = 1;
+  uint32_t depth = 128;
+  uint16_t tcp_port = 18515;
+  bool gbits = false;
+  uint16_t queues = 1;
+  double f_drop = 0, f_dup = 0, f_reorder = 0, f_corrupt = 0;
+  std::string atomic_op = "FETCH_AND_ADD";
+  uint8_t qp_timeout = 14;
+  uint32_t max_size = 0;  // sizes up to this with -a
+  uint32_t window = 64;
+};
+
+// ---------------------------------------------------------------- data pattern
+inline uint64_t mix(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+// Message t: byte j is byte j of t for j < 8, else byte j%8 of a word derived
+// from (t, j/8): any prefix of a message is the shorter message.
+void fill(uint8_t* p, uint32_t size, uint64_t t) {
+  const uint64_t base = mix(t);
+  auto word = [&](uint32_t j) { return j < 8 ? t : base ^ (uint64_t{j / 8} * 0x9E3779B97F4A7C15ull); };
+  uint32_t j = 0;
+  for (; j + 8 <= size; j += 8) {
+    const uint64_t w = word(j);
+    std::memcpy(p + j, &w, 8);
+  }
+  if (j < size) {
+    const uint64_t w = word(j);
+    std::memcpy(p + j, &w, size - j);
+  }
+}
+bool check(const uint8_t* p, uint32_t size, uint64_t t, uint8_t* scratch) {
+  fill(scratch, size, t);
+  return std::memcmp(p, scratch, size) == 0;
+}
+
+// ---------------------------------------------------------------- TCP exchange
+constexpr uint32_t kMsg = 1024;
+enum MsgType : uint32_t { kHello = 1, kQps, kStart, kReady, kDone, kResult, kBye };
+struct Msg {
+  uint32_t type = 0;
+  uint32_t verb = 0, qptype = 0, qps = 0, depth = 0, mtu = 0, max_size = 0, lat = 0;
+  uint32_t size = 0, ok = 0;
+  uint64_t iters = 0, errors = 0;
+  uint64_t count[32] = {};  // per QP messages completed
+  char atomic_op[16] = {};
+};
+static_assert(sizeof(Msg) <= kMsg);
+struct QpMsg {
+  uint32_t type = kQps;
+  uint32_t n = 0;
+  struct {
+    uint32_t qpn, psn, rkey;
+    uint64_t vaddr;
+    uint8_t gid[16];
+    uint8_t mac[6];
+  } q[16];
+};
+static_assert(sizeof(QpMsg) <= kMsg);
+
+void send_all(int fd, const void* p, size_t n) {
+  const auto* c = static_cast<const uint8_t*>(p);
+  uint8_t buf[kMsg] = {};
+  std::memcpy(buf, c, std::min<size_t>(n, kMsg));
+  size_t off = 0;
+  while (off < kMsg) {
+    ssize_t k = ::send(fd, buf + off, kMsg - off, MSG_NOSIGNAL);
+    if (k <= 0) throw std::runtime_error("tcp: peer went away (send)");
+    off += static_cast<size_t>(k);
+  }
+}
+// Reads one message; with poll_fn, keeps polling the dataplane while waiting.
+template <class F>
+void recv_msg(int fd, void* out, size_t n, F&& poll_fn, double timeout_s = 120) {
+  uint8_t buf[kMsg];
+  size_t off = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  uint32_t spins = 0;
+  while (off < kMsg) {
+    ssize_t k = ::recv(fd, buf + off, kMsg - off, MSG_DONTWAIT);
+    if (k == 0) throw std::runtime_error("tcp: peer closed the connection");
+    if (k > 0) {
+      off += static_cast<size_t>(k);
+      continue;
+    }
+    if (errno != EAGAIN && errno != EWOULDBLOCK) throw std::runtime_error("tcp: recv failed");
+    for (int i = 0; i < 64; ++i) poll_fn();
+    if ((++spins & 1023) == 0 && std::chrono::steady_clock::now() > deadline)
+      throw std::runtime_error("tcp: timed out waiting for the peer");
+  }
+  std::memcpy(out, buf, n);
+}
+
+int tcp_listen(uint16_t port) {
+  int s = socket(AF_INET, SOCK_STREAM, 0);
+  int one = 1;
+  setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_ANY);
+  if (bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || listen(s, 1) != 0)
+    throw std::runtime_error("tcp: cannot listen on port " + std::to_string(port) + ": " + std::strerror(errno));
+  std::printf("waiting for the client on TCP port %u\n", port);
+  std::fflush(stdout);
+  int c = accept(s, nullptr, nullptr);
+  close(s);
+  if (c < 0) throw std::runtime_error("tcp: accept failed");
+  setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  return c;
+}
+
+int tcp_connect(const std::string& host, uint16_t port) {
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  if (inet_pton(AF_INET, host.c_str(), &a.sin_addr) != 1) throw std::runtime_error("tcp: bad server address " + host);
+  for (int i = 0; i < 100; ++i) {  // the server may still be starting
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    if (connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
+      int one = 1;
+      setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+      return s;
+    }
+    close(s);
+    usleep(100000);
+  }
+  throw std::runtime_error("tcp: cannot connect to " + host + ":" + std::to_string(port));
+}
+
+// ---------------------------------------------------------------- the node side
+struct Side {
+  engine::Embedded* node = nullptr;
+  uint32_t pd = 0;
+  uint32_t slots = 0, slot_size = 0;  // per QP
+  struct Q {
+    engine::QpHandle h;
+    uint8_t* buf = nullptr;  // slots * slot_size
+    uint32_t key = 0;
+    uint32_t rkey = 0;       // peer
+    uint64_t raddr = 0;      // peer
+    verbs::Ah ah;            // UD
+    uint32_t rqpn = 0;
+  };
+  std::vector<Q> q;
+  std::vector<uint8_t> scratch;
+  uint64_t errors = 0;
+};
+
+void poll_wcs(engine::Embedded& n, verbs::Cq* cq, std::vector<verbs::Wc>& out) {
+  verbs::Wc wc[32];
+  int k;
+  while ((k = cq->poll(wc, 32)) > 0) out.insert(out.end(), wc, wc + k);
+  (void)n;
+}
+
+struct Params {
+  Verb verb = Verb::Write;
+  QpType type = QpType::RC;
+  bool lat = false;
+  uint32_t qps = 1, depth = 128, mtu = 1024, max_size = 65536;
+  std::string atomic_op = "FETCH_AND_ADD";
+};
+
+verbs::Mtu mtu_enum(uint32_t m) {
+  switch (m) {
+    case 256: return verbs::Mtu::M256;
+    case 512: return verbs::Mtu::M512;
+    case 2048: return verbs::Mtu::M2048;
+    case 4096: return verbs::Mtu::M4096;
+    default: return verbs::Mtu::M1024;
+  }
+}
+
+void setup_side(Side& s, engine::Embedded& node, const Params& p, uint8_t timeout) {
+  s.node = &node;
+  s.pd = node.alloc_pd();
+  const uint32_t grh = p.type == QpType::UD ? verbs::kGrhBytes : 0;
+  s.slot_size = std::max<uint32_t>(64, p.max_size + grh);
+  s.slot_size = (s.slot_size + 63) & ~63u;
+  s.slots = std::max<uint32_t>(2, std::min<uint32_t>(p.depth, std::max<uint32_t>(2, (64u << 20) / s.slot_size)));
+  s.scratch.resize(s.slot_size);
+  for (uint32_t i = 0; i < p.qps; ++i) {
+    Side::Q q;
+    engine::QpOptions o;
+    o.type = p.type;
+    o.cap.max_send_wr = std::max<uint32_t>(p.depth, 16);
+    o.cap.max_recv_wr = std::max<uint32_t>(p.depth, 16);
+    o.cqe = 4 * std::max<uint32_t>(p.depth, 64);
+    o.mtu = mtu_enum(p.mtu);
+    o.psn = (0x1000u * (i + 1) + 7) & 0xFFFFFF;
+    o.timeout = timeout;
+    o.min_rnr_timer = 1;
+    q.h = node.create_qp(s.pd, o);
+    const size_t bytes = size_t{s.slots} * s.slot_size;
+    q.buf = static_cast<uint8_t*>(node.alloc_dma(bytes));
+    if (!q.buf) throw std::runtime_error("no hugepage memory for the buffers");
+    std::memset(q.buf, 0, bytes);
+    if (int rc = node.reg_mr(s.pd, q.buf, bytes, verbs::kAccessAll, &q.key))
+      throw std::runtime_error("reg_mr: errno " + std::to_string(rc));
+    s.q.push_back(q);
+  }
+}
+
+QpMsg describe(const Side& s, const engine::Embedded& node, uint32_t gid_index) {
+  QpMsg m;
+  m.n = static_cast<uint32_t>(s.q.size());
+  const wire::Gid gid = node.gid(gid_index);
+  for (size_t i = 0; i < s.q.size(); ++i) {
+    m.q[i].qpn = s.q[i].h.qpn;
+    m.q[i].psn = s.q[i].h.opt.psn;
+    m.q[i].rkey = s.q[i].key;
+    m.q[i].vaddr = reinterpret_cast<uint64_t>(s.q[i].buf);
+    std::memcpy(m.q[i].gid, gid.data(), 16);
+    const wire::MacAddr mac = const_cast<engine::Embedded&>(node).port().mac();
+    std::memcpy(m.q[i].mac, mac.data(), 6);
+  }
+  return m;
+}
+
+void connect_side(Side& s, engine::Embedded& node, const QpMsg& peer) {
+  if (peer.n != s.q.size()) throw std::runtime_error("peer has a different number of QPs");
+  for (size_t i = 0; i < s.q.size(); ++i) {
+    engine::QpPeer pp;
+    pp.qpn = peer.q[i].qpn;
+    pp.psn = peer.q[i].psn;
+    std::memcpy(pp.gid.data(), peer.q[i].gid, 16);
+    // Resolve the MAC by ARP / ND like a host would (the exchanged MAC is only checked).
+    wire::MacAddr told{};
+    std::memcpy(told.data(), peer.q[i].mac, 6);
+    if (!node.resolve(pp.gid, pp.mac, 3000)) throw std::runtime_error("cannot resolve the peer " + netstack::gid_to_string(pp.gid));
+    if (pp.mac != told) spdlog::warn("ARP says the peer is at a different MAC than it told us");
+    if (int rc = node.connect(s.q[i].h, pp)) throw std::runtime_error("connect QP: errno " + std::to_string(rc));
+    s.q[i].rkey = peer.q[i].rkey;
+    s.q[i].raddr = peer.q[i].vaddr;
+    s.q[i].rqpn = pp.qpn;
+    s.q[i].ah.dgid = pp.gid;
+    s.q[i].ah.dmac = pp.mac;
+  }
+}
+
+int post_recv_slot(Side& s, size_t qi, uint32_t slot) {
+  verbs::RecvWr r;
+  r.wr_id = slot;
+  r.num_sge = 1;
+  r.sg_list[0] = {reinterpret_cast<uint64_t>(s.q[qi].buf + size_t{slot} * s.slot_size), s.slot_size, s.q[qi].key};
+  return s.node->post_recv(s.q[qi].h, r);
+}
+
+verbs::SendWr make_wr(Side& s, size_t qi, Verb v, uint32_t slot, uint32_t rslot, uint32_t size, uint64_t id,
+                      const std::string& aop) {
+  Side::Q& q = s.q[qi];
+  verbs::SendWr w;
+  w.wr_id = id;
+  w.send_flags = verbs::kSendSignaled;
+  w.num_sge = 1;
+  w.sg_list[0] = {reinterpret_cast<uint64_t>(q.buf + size_t{slot} * s.slot_size), size, q.key};
+  switch (v) {
+    case Verb::Send:
+      w.opcode = WrOpcode::Send;
+      if (q.h.opt.type == QpType::UD) {
+        w.ud.ah = &q.ah;
+        w.ud.remote_qpn = q.rqpn;
+        w.ud.remote_qkey = q.h.opt.qkey;
+      }
+      break;
+    case Verb::Write:
+      w.opcode = WrOpcode::RdmaWrite;
+      w.rdma.remote_addr = q.raddr + uint64_t{rslot} * s.slot_size;
+      w.rdma.rkey = q.rkey;
+      break;
+    case Verb::Read:
+      w.opcode = WrOpcode::RdmaRead;
+      w.rdma.remote_addr = q.raddr + uint64_t{rslot} * s.slot_size;
+      w.rdma.rkey = q.rkey;
+      break;
+    case Verb::Atomic:
+      w.opcode = aop == "CMP_AND_SWAP" ? WrOpcode::AtomicCmpSwp : WrOpcode::AtomicFetchAdd;
+      w.sg_list[0].length = 8;
+      w.atomic.remote_addr = q.raddr;  // the counter: first 8 bytes of the peer's buffer
+      w.atomic.rkey = q.rkey;
+      w.atomic.compare_add = aop == "CMP_AND_SWAP" ? 0 : 1;
+      w.atomic.swap = 0;
+      break;
+  }
+  return w;
+}
+
+struct Result {
+  uint64_t msgs = 0;
+  double secs = 0;
+  std::vector<double> lat_us;
+  uint64_t errors = 0;
+};
+
+// ---------------------------------------------------------------- client runs
+Result run_bw(Side& s, const Params& p, uint32_t size, uint64_t iters, double duration, std::vector<uint64_t>& count) {
+  engine::Embedded& n = *s.node;
+  Result r;
+  const uint32_t depth = std::min(p.depth, s.slots);
+  std::vector<uint64_t> posted(s.q.size(), 0), done(s.q.size(), 0);
+  std::vector<std::vector<bool>> seen(s.q.size());  // atomic: returned values
+  std::vector<verbs::Wc> wcs;
+  const uint64_t t0 = rte_rdtsc();
+  const uint64_t hz = rte_get_tsc_hz();
+  const uint64_t end_tsc = duration > 0 ? t0 + static_cast<uint64_t>(duration * hz) : UINT64_MAX;
+  uint64_t last_progress = t0;
+  bool stop_posting = false;
+  for (;;) {
+    const uint64_t now = rte_rdtsc();
+    if (now >= end_tsc) stop_posting = true;
+    bool all_done = true;
+    for (size_t qi = 0; qi < s.q.size(); ++qi) {
+      const uint64_t limit = duration > 0 ? UINT64_MAX : iters;
+      while (!stop_posting && posted[qi] < limit && posted[qi] - done[qi] < depth) {
+        const uint64_t i = posted[qi];
+        const uint32_t slot = static_cast<uint32_t>(i % depth);
+        uint8_t* lp = s.q[qi].buf + size_t{slot} * s.slot_size;
+        if (p.verb == Verb::Write || p.verb == Verb::Send) fill(lp, size, i);
+        if (p.verb == Verb::Read) std::memset(lp, 0, std::min<uint32_t>(size, 8));
+        verbs::SendWr w = make_wr(s, qi, p.verb, slot, slot, size, i, p.atomic_op);
+        if (n.post_send(s.q[qi].h, w) != 0) break;
+        ++posted[qi];
+      }
+      if (duration > 0 ? (!stop_posting || done[qi] < posted[qi]) : done[qi] < iters) all_done = false;
+    }
+    if (all_done) break;
+    n.poll();
+    for (size_t qi = 0; qi < s.q.size(); ++qi) {
+      wcs.clear();
+      poll_wcs(n, s.q[qi].h.scq, wcs);
+      for (const auto& wc : wcs) {
+        if (wc.status != verbs::WcStatus::Success) {
+          spdlog::error("QP {} wr {}: completion {}", s.q[qi].h.qpn, wc.wr_id, verbs::wc_status_str(wc.status));
+          ++r.errors;
+          return r;
+        }
+        const uint32_t slot = static_cast<uint32_t>(wc.wr_id % depth);
+        uint8_t* lp = s.q[qi].buf + size_t{slot} * s.slot_size;
+        if (p.verb == Verb::Read && !check(lp, size, slot, s.scratch.data())) {
+          if (r.errors++ < 5) spdlog::error("READ data mismatch QP {} wr {}", s.q[qi].h.qpn, wc.wr_id);
+        }
+        if (p.verb == Verb::Atomic) {
+          uint64_t v;
+          std::memcpy(&v, lp, 8);
+          if (p.atomic_op == "FETCH_AND_ADD") {
+            if (v >= seen[qi].size()) seen[qi].resize(std::max<size_t>(v + 1, seen[qi].size() * 2), false);
+            if (seen[qi][v]) {
+              if (r.errors++ < 5) spdlog::error("FETCH_AND_ADD returned {} twice", v);
+            }
+            seen[qi][v] = true;
+          } else if (v != 0) {
+            if (r.errors++ < 5) spdlog::error("CMP_AND_SWAP returned {} (expected 0)", v);
+          }
+        }
+        ++done[qi];
+        last_progress = rte_rdtsc();
+      }
+    }
+    if (rte_rdtsc() - last_progress > 20 * hz) {
+      spdlog::error("no completion for 20 s: giving up");
+      ++r.errors;
+      break;
+    }
+  }
+  r.secs = static_cast<double>(rte_rdtsc() - t0) / static_cast<double>(hz);
+  for (size_t qi = 0; qi < s.q.size(); ++qi) {
+    r.msgs += done[qi];
+    count[qi] = done[qi];
+    if (p.verb == Verb::Atomic && p.atomic_op == "FETCH_AND_ADD") {
+      for (uint64_t v = 0; v < done[qi]; ++v)
+        if (v >= seen[qi].size() || !seen[qi][v]) {
+          if (r.errors++ < 5) spdlog::error("FETCH_AND_ADD value {} never returned", v);
+        }
+    }
+  }
+  return r;
+}
+
+// Latency: READ / atomic: one outstanding op. WRITE / SEND: ping-pong with the server.
+Result run_lat(Side& s, const Params& p, uint32_t size, uint64_t iters) {
+  engine::Embedded& n = *s.node;
+  Result r;
+  const uint64_t hz = rte_get_tsc_hz();
+  std::vector<verbs::Wc> wcs;
+  Side::Q& q = s.q[0];
+  uint8_t* tx = q.buf;
+  uint8_t* rx = q.buf + s.slot_size;
+  if (p.verb == Verb::Send)
+    for (uint32_t k = 1; k < s.slots; ++k) post_recv_slot(s, 0, k);
+  r.lat_us.reserve(iters);
+  const uint64_t t_start = rte_rdtsc();
+  for (uint64_t i = 0; i < iters; ++i) {
+    const uint64_t t0 = rte_rdtsc();
+    if (p.verb == Verb::Write || p.verb == Verb::Send) {
+      fill(tx, size, i);
+      tx[size - 1] = static_cast<uint8_t>(i % 255 + 1);
+    }
+    if (p.verb == Verb::Read) std::memset(tx, 0, std::min<uint32_t>(size, 8));
+    verbs::SendWr w = make_wr(s, 0, p.verb, 0, p.verb == Verb::Write ? 1 : 0, size, i, p.atomic_op);
+    if (n.post_send(q.h, w) != 0) {
+      ++r.errors;
+      break;
+    }
+    bool sent = false, got = p.verb == Verb::Read || p.verb == Verb::Atomic;
+    const uint8_t want = static_cast<uint8_t>(i % 255 + 1);
+    const uint64_t give_up = t0 + 20 * hz;
+    while (!(sent && got)) {
+      n.poll();
+      wcs.clear();
+      poll_wcs(n, q.h.scq, wcs);
+      for (auto& wc : wcs) {
+        if (wc.status != verbs::WcStatus::Success) {
+          spdlog::error("completion {}", verbs::wc_status_str(wc.status));
+          ++r.errors;
+          return r;
+        }
+        sent = true;
+      }
+      if (p.verb == Verb::Write && !got && rx[size - 1] == want) got = true;
+      if (p.verb == Verb::Send) {
+        wcs.clear();
+        poll_wcs(n, q.h.rcq, wcs);
+        for (auto& wc : wcs) {
+          if (wc.status != verbs::WcStatus::Success) {
+            ++r.errors;
+            return r;
+          }
+          const uint8_t* d = q.buf + wc.wr_id * s.slot_size + (p.type == QpType::UD ? verbs::kGrhBytes : 0);
+          if (d[size - 1] != want && r.errors++ < 5) spdlog::error("SEND pong {} carries the wrong stamp", i);
+          post_recv_slot(s, 0, static_cast<uint32_t>(wc.wr_id));
+          got = true;
+        }
+      }
+      if (rte_rdtsc() > give_up) {
+        spdlog::error("iteration {}: no answer for 20 s", i);
+        ++r.errors;
+        return r;
+      }
+    }
+    const uint64_t t1 = rte_rdtsc();
+    if (p.verb == Verb::Read && !check(tx, size, 0, s.scratch.data()) && r.errors++ < 5)
+      spdlog::error("READ data mismatch at iteration {}", i);
+    if (p.verb == Verb::Write) {  // the pong is the server's copy of our message
+      uint8_t* exp = s.scratch.data();
+      fill(exp, size, i);
+      exp[size - 1] = want;
+      if (std::memcmp(rx, exp, size) != 0 && r.errors++ < 5) spdlog::error("WRITE pong {} differs", i);
+    }
+    double us = static_cast<double>(t1 - t0) * 1e6 / static_cast<double>(hz);
+    if (p.verb == Verb::Write || p.verb == Verb::Send) us /= 2;  // perftest reports half the round trip
+    r.lat_us.push_back(us);
+    ++r.msgs;
+  }
+  r.secs = static_cast<double>(rte_rdtsc() - t_start) / static_cast<double>(hz);
+  return r;
+}
+
+// ---------------------------------------------------------------- server side
+struct ServerRound {
+  uint32_t size = 0;
+  uint64_t received = 0;
+  uint64_t errors = 0;
+  uint64_t lat_next = 0;  // ping-pong: next stamp expected
+  uint64_t lat_iters = 0;
+};
+
+void server_poll(Side& s, const Params& p, ServerRound& rd, std::vector<verbs::Wc>& wcs) {
+  engine::Embedded& n = *s.node;
+  n.poll();
+  for (size_t qi = 0; qi < s.q.size(); ++qi) {
+    auto& q = s.q[qi];
+    wcs.clear();
+    poll_wcs(n, q.h.scq, wcs);
+    for (auto& wc : wcs)
+      if (wc.status != verbs::WcStatus::Success && rd.errors++ < 5)
+        spdlog::error("server send completion {}", verbs::wc_status_str(wc.status));
+    if (p.verb == Verb::Send) {
+      wcs.clear();
+      poll_wcs(n, q.h.rcq, wcs);
+      for (auto& wc : wcs) {
+        if (wc.status != verbs::WcStatus::Success) {
+          if (wc.status != verbs::WcStatus::WrFlushErr && rd.errors++ < 5)
+            spdlog::error("server recv completion {}", verbs::wc_status_str(wc.status));
+          continue;
+        }
+        const uint32_t slot = static_cast<uint32_t>(wc.wr_id);
+        const uint8_t* d = q.buf + size_t{slot} * s.slot_size + (p.type == QpType::UD ? verbs::kGrhBytes : 0);
+        const uint32_t len = wc.byte_len - (p.type == QpType::UD ? verbs::kGrhBytes : 0);
+        bool ok = len == rd.size;
+        if (ok && !p.lat) {
+          uint64_t t = 0;
+          if (rd.size >= 8) std::memcpy(&t, d, 8);
+          ok = check(d, rd.size, t, s.scratch.data());
+        }
+        if (!ok && rd.errors++ < 5) spdlog::error("SEND data mismatch (len {})", len);
+        ++rd.received;
+        if (p.lat) {  // pong
+          uint8_t* tx = q.buf + size_t{s.slots - 1} * s.slot_size;
+          std::memcpy(tx, d, rd.size);
+          verbs::SendWr w = make_wr(s, qi, Verb::Send, s.slots - 1, 0, rd.size, rd.received, p.atomic_op);
+          if (n.post_send(q.h, w) != 0) ++rd.errors;
+        }
+        post_recv_slot(s, qi, slot);
+      }
+    }
+  }
+  if (p.lat && p.verb == Verb::Write && rd.lat_next < rd.lat_iters) {
+    auto& q = s.q[0];
+    uint8_t* rx = q.buf + s.slot_size;  // the client writes into our slot 1
+    const uint8_t want = static_cast<uint8_t>(rd.lat_next % 255 + 1);
+    if (rx[rd.size - 1] == want) {
+      // Pong: send the message back into the client's slot 1 (from our slot 0).
+      std::memcpy(q.buf, rx, rd.size);
+      verbs::SendWr w = make_wr(s, 0, Verb::Write, 0, 1, rd.size, rd.lat_next, p.atomic_op);
+      if (n.post_send(q.h, w) != 0) ++rd.errors;
+      ++rd.lat_next;
+    }
+  }
+}
+
+// Verifies what the client's round left in our memory.
+uint64_t server_verify(Side& s, const Params& p, const Msg& done, ServerRound& rd) {
+  uint64_t err = rd.errors;
+  const uint32_t depth = std::min(p.depth, s.slots);
+  for (size_t qi = 0; qi < s.q.size(); ++qi) {
+    auto& q = s.q[qi];
+    const uint64_t cnt = done.count[qi];
+    if (p.verb == Verb::Write && !p.lat) {
+      for (uint32_t slot = 0; slot < depth && slot < cnt; ++slot) {
+        const uint64_t last = (cnt - 1 - slot) / depth * depth + slot;  // last message written to this slot
+        const uint8_t* d = q.buf + size_t{slot} * s.slot_size;
+        bool ok;
+        if (p.type == QpType::RC || rd.size < 8) {
+          ok = p.type != QpType::RC || check(d, rd.size, last, s.scratch.data());
+        } else {  // UC: a lost message leaves an older one; it must still be whole
+          uint64_t t;
+          std::memcpy(&t, d, 8);
+          ok = (t == 0 && d[8] == 0) || (t % depth == slot && t <= last && check(d, rd.size, t, s.scratch.data()));
+        }
+        if (!ok && err++ < 5) spdlog::error("WRITE data mismatch in slot {} of QP {}", slot, q.h.qpn);
+      }
+    }
+    if (p.verb == Verb::Atomic && p.atomic_op == "FETCH_AND_ADD") {
+      uint64_t v;
+      std::memcpy(&v, q.buf, 8);
+      if (v != cnt && err++ < 5) spdlog::error("atomic counter of QP {} is {}, expected {}", q.h.qpn, v, cnt);
+      std::memset(q.buf, 0, 8);
+    }
+  }
+  if (p.verb == Verb::Send && !p.lat) {
+    uint64_t sent = 0;
+    for (size_t qi = 0; qi < s.q.size(); ++qi) sent += done.count[qi];
+    if (p.type == QpType::RC ? rd.received != sent : rd.received > sent) {
+      if (err++ < 5) spdlog::error("received {} SENDs, the client completed {}", rd.received, sent);
+    }
+  }
+  if (p.lat && p.verb == Verb::Write && rd.lat_next != rd.lat_iters) ++err;
+  return err;
+}
+
+// ---------------------------------------------------------------- reports
+void print_bw_header(bool gbits) {
+  std::printf("---------------------------------------------------------------------------------------\n");
+  std::printf(" #bytes     #iterations    BW average[%s]   MsgRate[Mpps]   verified\n", gbits ? "Gb/sec" : "MB/sec");
+}
+void print_bw(uint32_t size, const Result& r, bool gbits, bool ok) {
+  const double bytes = static_cast<double>(r.msgs) * size;
+  const double bw = gbits ? bytes * 8 / r.secs / 1e9 : bytes / r.secs / 1048576.0;
+  std::printf(" %-10u %-14lu %-20.3f %-15.6f %s\n", size, static_cast<unsigned long>(r.msgs), bw,
+              static_cast<double>(r.msgs) / r.secs / 1e6, ok ? "ok" : "FAILED");
+}
+void print_lat_header() {
+  std::printf("---------------------------------------------------------------------------------------\n");
+  std::printf(" #bytes #iterations  t_min[usec]  t_max[usec]  t_typical[usec]  t_avg[usec]  99%%[usec]  99.9%%[usec]  verified\n");
+}
+void print_lat(uint32_t size, Result& r, bool ok) {
+  auto& v = r.lat_us;
+  if (v.empty()) {
+    std::printf(" %-6u %-12lu no samples %s\n", size, 0ul, ok ? "ok" : "FAILED");
+    return;
+  }
+  std::sort(v.begin(), v.end());
+  auto pct = [&](double q) { return v[std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size())))]; };
+  const double avg = std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
+  std::printf(" %-6u %-12zu %-12.2f %-12.2f %-16.2f %-12.2f %-10.2f %-12.2f %s\n", size, v.size(), v.front(), v.back(),
+              pct(0.5), avg, pct(0.99), pct(0.999), ok ? "ok" : "FAILED");
+}
+
+Params params_from(const Opts& o) {
+  Params p;
+  std::string t = o.test;
+  const auto us = t.find('_');
+  if (us == std::string::npos) throw std::runtime_error("test must be VERB_bw or VERB_lat: " + t);
+  const std::string verb = t.substr(0, us), kind = t.substr(us + 1);
+  static const std::map<std::string, Verb> verbs{{"send", Verb::Send}, {"write", Verb::Write}, {"read", Verb::Read},
+                                                 {"atomic", Verb::Atomic}};
+  if (!verbs.count(verb) || (kind != "bw" && kind != "lat")) throw std::runtime_error("unknown test " + t);
+  p.verb = verbs.at(verb);
+  p.lat = kind == "lat";
+  p.type = o.conn == "UC" ? QpType::UC : o.conn == "UD" ? QpType::UD : QpType::RC;
+  if (p.type == QpType::UD && p.verb != Verb::Send) throw std::runtime_error("-c UD works with send tests only");
+  if (p.type == QpType::UC && (p.verb == Verb::Read || p.verb == Verb::Atomic))
+    throw std::runtime_error("-c UC does not support READ or atomics");
+  p.qps = p.lat ? 1 : o.qps;
+  p.depth = p.lat ? 2 : o.depth;
+  if (p.depth < 2) p.depth = 2;
+  p.mtu = o.mtu;
+  p.atomic_op = o.atomic_op;
+  uint32_t size = p.verb == Verb::Atomic ? 8 : o.size;
+  p.max_size = o.all ? (o.max_size ? o.max_size : (p.type == QpType::UD ? o.mtu : (1u << 20))) : size;
+  if (p.type == QpType::UD && p.max_size > o.mtu) throw std::runtime_error("-c UD: message size must fit the MTU");
+  return p;
+}
+
+std::vector<uint32_t> sizes_of(const Opts& o, const Params& p) {
+  if (p.verb == Verb::Atomic) return {8};
+  if (!o.all) return {o.size};
+  std::vector<uint32_t> v;
+  for (uint32_t s = 2; s <= p.max_size; s *= 2) v.push_back(s);
+  return v;
+}
+
+engine::EmbedOptions embed_options(const Opts& o, const std::vector<std::string>& eal) {
+  engine::EmbedOptions e;
+  e.device = o.device;
+  e.eal_args = eal;
+  e.queues = o.queues;
+  e.ipv4 = o.ip;
+  if (!o.mac.empty()) {
+    auto m = dpdk::parse_mac(o.mac);
+    if (!m) throw std::runtime_error("--mac: bad MAC " + o.mac);
+    e.mac = *m;
+  }
+  e.engine.max_qps = 256;
+  e.engine.max_mrs = 256;
+  e.engine.timer_scan_ns = 20'000;
+  e.engine.max_inflight_pkts = o.window;
+  return e;
+}
+
+void apply_faults(engine::Embedded& node, const Opts& o) {
+  auto& f = node.faults();
+  f.set(config::FaultDir::rx, config::FaultKind::drop, o.f_drop);
+  f.set(config::FaultDir::rx, config::FaultKind::duplicate, o.f_dup);
+  f.set(config::FaultDir::rx, config::FaultKind::reorder, o.f_reorder);
+  f.set(config::FaultDir::rx, config::FaultKind::corrupt, o.f_corrupt);
+  f.publish();
+}
+
+void print_counters(engine::Embedded& node) {
+  auto& pc = node.dataplane().port_counters(0);
+  std::printf(" port: rx %lu tx %lu roce %lu | faults rx drop %lu dup %lu reorder %lu corrupt %lu | icrc errors %lu\n",
+              pc.sum(stats::PortCounter::rx_packets), pc.sum(stats::PortCounter::tx_packets),
+              pc.sum(stats::PortCounter::rx_roce), pc.sum(stats::PortCounter::fault_rx_drop),
+              pc.sum(stats::PortCounter::fault_rx_duplicate), pc.sum(stats::PortCounter::fault_rx_reorder),
+              pc.sum(stats::PortCounter::fault_rx_corrupt), pc.sum(stats::PortCounter::rx_drop_bad_icrc));
+  uint64_t retx = 0, to = 0, naks = 0, fwd = 0;
+  for (size_t c = 0; c < node.dataplane().core_count(); ++c) {
+    auto* e = node.dataplane().core(c).engine(0);
+    retx += e->counter(transport::Ctr::ReqRetransmits);
+    to += e->counter(transport::Ctr::AckTimeouts);
+    naks += e->counter(transport::Ctr::SeqNakSent) + e->counter(transport::Ctr::SeqNakReceived);
+  }
+  fwd = node.dataplane().core_counters().sum(stats::CoreCounter::ring_enqueued);
+  std::printf(" transport: retransmits %lu ack timeouts %lu seq NAKs %lu | cross-core forwarded %lu\n", retx, to, naks, fwd);
+  if (std::getenv("DROCE_PERF_VERBOSE")) {
+    for (size_t c = 0; c < node.dataplane().core_count(); ++c) {
+      auto* e = node.dataplane().core(c).engine(0);
+      for (size_t i = 0; i < static_cast<size_t>(transport::Ctr::kCount); ++i)
+        if (e->counter(static_cast<transport::Ctr>(i)))
+          std::printf("   core %zu %s %lu\n", c, transport::ctr_name(static_cast<transport::Ctr>(i)),
+                      static_cast<unsigned long>(e->counter(static_cast<transport::Ctr>(i))));
+    }
+  }
+}
+
+int run_client(const Opts& o, engine::Embedded& node) {
+  Params p = params_from(o);
+  int fd = tcp_connect(o.host, o.tcp_port);
+  Msg hello;
+  hello.type = kHello;
+  hello.verb = static_cast<uint32_t>(p.verb);
+  hello.qptype = static_cast<uint32_t>(p.type);
+  hello.qps = p.qps;
+  hello.depth = p.depth;
+  hello.mtu = p.mtu;
+  hello.max_size = p.max_size;
+  hello.lat = p.lat;
+  std::snprintf(hello.atomic_op, sizeof hello.atomic_op, "%s", p.atomic_op.c_str());
+  send_all(fd, &hello, sizeof hello);
+  Side s;
+  setup_side(s, node, p, o.qp_timeout);
+  QpMsg peer;
+  auto poll = [&] { node.poll(); };
+  recv_msg(fd, &peer, sizeof peer, poll);
+  QpMsg mine = describe(s, node, o.gid_index);
+  send_all(fd, &mine, sizeof mine);
+  connect_side(s, node, peer);
+  std::printf(" %s test, %s, %u QP(s), MTU %u, tx depth %u, %s\n", o.test.c_str(), o.conn.c_str(), p.qps, p.mtu,
+              p.depth, o.duration > 0 ? ("duration " + std::to_string(o.duration) + " s").c_str()
+                                      : ("iterations " + std::to_string(o.iters)).c_str());
+  if (p.lat) print_lat_header(); else print_bw_header(o.gbits);
+  bool all_ok = true;
+  for (uint32_t size : sizes_of(o, p)) {
+    Msg st;
+    st.type = kStart;
+    st.size = size;
+    st.iters = o.iters;
+    send_all(fd, &st, sizeof st);
+    Msg ready;
+    recv_msg(fd, &ready, sizeof ready, poll);
+    std::vector<uint64_t> count(s.q.size(), 0);
+    Result r = p.lat ? run_lat(s, p, size, o.iters) : run_bw(s, p, size, o.iters, o.duration, count);
+    if (p.lat) count[0] = r.msgs;
+    // Let the last ACKs / pongs settle before the server checks its memory.
+    for (int i = 0; i < 2000; ++i) node.poll();
+    Msg done;
+    done.type = kDone;
+    done.size = size;
+    for (size_t i = 0; i < count.size(); ++i) done.count[i] = count[i];
+    send_all(fd, &done, sizeof done);
+    Msg res;
+    recv_msg(fd, &res, sizeof res, poll);
+    const bool ok = r.errors == 0 && res.ok == 1;
+    if (!ok) all_ok = false;
+    if (res.ok != 1) spdlog::error("server found {} error(s) in its memory", res.errors);
+    if (p.lat) print_lat(size, r, ok); else print_bw(size, r, o.gbits, ok);
+    std::fflush(stdout);
+    if (r.errors) break;
+  }
+  Msg bye;
+  bye.type = kBye;
+  send_all(fd, &bye, sizeof bye);
+  std::printf("---------------------------------------------------------------------------------------\n");
+  print_counters(node);
+  std::printf("result: %s\n", all_ok ? "PASS (data verified)" : "FAIL");
+  close(fd);
+  node.dataplane().stop();
+  return all_ok ? 0 : 1;
+}
+
+int run_server(const Opts& o, engine::Embedded& node) {
+  int fd = tcp_listen(o.tcp_port);
+  auto poll = [&] { node.poll(); };
+  Msg hello;
+  recv_msg(fd, &hello, sizeof hello, poll, 30);
+  if (hello.type != kHello) throw std::runtime_error("protocol: expected hello");
+  Params p;
+  p.verb = static_cast<Verb>(hello.verb);
+  p.type = static_cast<QpType>(hello.qptype);
+  p.qps = std::min<uint32_t>(hello.qps, 16);
+  p.depth = hello.depth;
+  p.mtu = hello.mtu;
+  p.max_size = hello.max_size;
+  p.lat = hello.lat != 0;
+  p.atomic_op = std::string(hello.atomic_op, strnlen(hello.atomic_op, sizeof hello.atomic_op));
+  Side s;
+  setup_side(s, node, p, o.qp_timeout);
+  QpMsg mine = describe(s, node, o.gid_index);
+  send_all(fd, &mine, sizeof mine);
+  QpMsg peer;
+  recv_msg(fd, &peer, sizeof peer, poll);
+  connect_side(s, node, peer);
+  // READ source: each slot holds message `slot` once and for all.
+  if (p.verb == Verb::Read)
+    for (auto& q : s.q)
+      for (uint32_t k = 0; k < s.slots; ++k) fill(q.buf + size_t{k} * s.slot_size, s.slot_size, k);
+  if (p.verb == Verb::Send)
+    for (size_t qi = 0; qi < s.q.size(); ++qi)
+      for (uint32_t k = 0; k < s.slots - (p.lat ? 1 : 0); ++k) post_recv_slot(s, qi, k);
+  std::printf("client connected: %u QP(s), verb %u, %s\n", p.qps, hello.verb, p.lat ? "latency" : "bandwidth");
+  std::fflush(stdout);
+  uint64_t total_err = 0;
+  std::vector<verbs::Wc> wcs;
+  for (;;) {
+    ServerRound rd;
+    Msg m;
+    recv_msg(fd, &m, sizeof m, [&] { server_poll(s, p, rd, wcs); }, 600);
+    if (m.type == kBye) break;
+    if (m.type != kStart) throw std::runtime_error("protocol: expected start");
+    rd.size = m.size;
+    rd.lat_iters = m.iters;
+    Msg ready;
+    ready.type = kReady;
+    send_all(fd, &ready, sizeof ready);
+    Msg done;
+    recv_msg(fd, &done, sizeof done, [&] { server_poll(s, p, rd, wcs); }, 600);
+    if (done.type != kDone) throw std::runtime_error("protocol: expected done");
+    for (int i = 0; i < 2000; ++i) server_poll(s, p, rd, wcs);
+    Msg res;
+    res.type = kResult;
+    res.errors = server_verify(s, p, done, rd);
+    res.ok = res.errors == 0;
+    total_err += res.errors;
+    send_all(fd, &res, sizeof res);
+    std::printf(" size %u: %s (received %lu)\n", rd.size, res.ok ? "verified" : "MISMATCH",
+                static_cast<unsigned long>(rd.received));
+  }
+  print_counters(node);
+  std::printf("result: %s\n", total_err == 0 ? "PASS (data verified)" : "FAIL");
+  close(fd);
+  node.dataplane().stop();
+  return total_err == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> eal;
+  int own = argc;
+  for (int i = 1; i < argc; ++i)
+    if (std::strcmp(argv[i], "--") == 0) {
+      own = i;
+      for (int j = i + 1; j < argc; ++j) eal.emplace_back(argv[j]);
+      break;
+    }
+  Opts o;
+  CLI::App app{"droce-perf: perftest-like RoCEv2 benchmark between two droce nodes"};
+  app.add_option("test", o.test, "send_bw send_lat write_bw write_lat read_bw read_lat atomic_bw atomic_lat")->required();
+  app.add_option("server", o.host, "server address for the TCP exchange (client side); none: be the server");
+  app.add_option("--device", o.device, "DPDK device of this node (e.g. net_af_packet0,iface=veth0)")->required();
+  app.add_option("--ip", o.ip, "IPv4 address of this node (repeatable)")->required();
+  app.add_option("--mac", o.mac, "MAC address for the port");
+  app.add_option("-s,--size", o.size, "message size in bytes")->check(CLI::Range(1u, 1u << 30));
+  app.add_flag("-a,--all", o.all, "run sizes 2 .. 2^20 (or --max-size)");
+  app.add_option("--max-size", o.max_size, "largest size with -a");
+  app.add_option("-n,--iters", o.iters, "iterations")->check(CLI::Range(uint64_t{1}, uint64_t{1} << 40));
+  app.add_option("-D,--duration", o.duration, "run for this many seconds (bw tests)");
+  app.add_option("-q,--qp", o.qps, "number of QPs")->check(CLI::Range(1, 16));
+  app.add_option("-m,--mtu", o.mtu, "path MTU")->check(CLI::IsMember({256, 512, 1024, 2048, 4096}));
+  app.add_option("-c,--connection", o.conn, "RC, UC or UD")->check(CLI::IsMember({"RC", "UC", "UD"}));
+  app.add_option("-x,--gid-index", o.gid_index, "GID index (1 = first IPv4 address, as rxe)");
+  app.add_option("-t,--tx-depth", o.depth, "outstanding work requests per QP")->check(CLI::Range(2, 4096));
+  app.add_option("-p,--port", o.tcp_port, "TCP port of the exchange");
+  app.add_option("-A,--atomic_type", o.atomic_op, "FETCH_AND_ADD or CMP_AND_SWAP")
+      ->check(CLI::IsMember({"FETCH_AND_ADD", "CMP_AND_SWAP"}));
+  app.add_option("--window", o.window, "packets in flight per QP (go-back-N window)")->check(CLI::Range(1, 65536));
+  app.add_flag("--report_gbits", o.gbits, "bandwidth in Gb/s (default MB/s)");
+  app.add_option("--queues", o.queues, "RX/TX queues = core loops of this node")->check(CLI::Range(1, 8));
+  app.add_option("--qp-timeout", o.qp_timeout, "local ACK timeout exponent (4.096 us * 2^t)")->check(CLI::Range(1, 31));
+  app.add_option("--fault-drop", o.f_drop, "fault injection: RX drop probability")->check(CLI::Range(0.0, 1.0));
+  app.add_option("--fault-dup", o.f_dup, "fault injection: RX duplicate probability")->check(CLI::Range(0.0, 1.0));
+  app.add_option("--fault-reorder", o.f_reorder, "fault injection: RX reorder probability")->check(CLI::Range(0.0, 1.0));
+  app.add_option("--fault-corrupt", o.f_corrupt, "fault injection: RX corrupt probability")->check(CLI::Range(0.0, 1.0));
+  app.footer("EAL arguments after --. Exit status 0 when every run completed with its data verified.");
+  try {
+    app.parse(own, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  spdlog::set_level(spdlog::level::warn);
+  try {
+    Params check = params_from(o);  // reject bad combinations before starting DPDK
+    (void)check;
+    engine::Embedded node(embed_options(o, eal));
+    apply_faults(node, o);
+    if (o.gid_index >= node.gids().size())
+      throw std::runtime_error("-x " + std::to_string(o.gid_index) + ": the GID table has " +
+                               std::to_string(node.gids().size()) + " entries");
+    std::printf(" device %s mac %s gid[%u] %s\n", o.device.c_str(), dpdk::mac_to_string(node.port().mac()).c_str(),
+                o.gid_index, netstack::gid_to_string(node.gid(o.gid_index)).c_str());
+    return o.host.empty() ? run_server(o, node) : run_client(o, node);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "droce-perf: %s\n", e.what());
+    return 1;
+  }
+}

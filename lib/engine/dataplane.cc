@@ -1,0 +1,834 @@
+#include "engine/dataplane.h"
+
+#include <rte_cycles.h>
+#include <rte_eal.h>
+#include <rte_ethdev.h>
+#include <rte_errno.h>
+#include <rte_mbuf.h>
+#include <rte_launch.h>
+#include <rte_lcore.h>
+#include <rte_malloc.h>
+#include <rte_memory.h>
+#include <rte_ring.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+
+namespace droce::engine {
+
+using stats::CoreCounter;
+using stats::PortCounter;
+
+namespace {
+
+constexpr size_t kTctr = static_cast<size_t>(transport::Ctr::kCount);
+
+const std::array<std::string_view, kTctr>& transport_names() {
+  static const std::array<std::string_view, kTctr> names = [] {
+    std::array<std::string_view, kTctr> a{};
+    for (size_t i = 0; i < kTctr; ++i) a[i] = transport::ctr_name(static_cast<transport::Ctr>(i));
+    return a;
+  }();
+  return names;
+}
+
+inline uint16_t be16(const uint8_t* p) noexcept { return static_cast<uint16_t>(p[0] << 8 | p[1]); }
+
+std::atomic<uint32_t> g_instance{0};
+
+}  // namespace
+
+const stats::GroupDesc& transport_group() {
+  static const stats::GroupDesc g{"transport", std::span<const std::string_view>(transport_names())};
+  return g;
+}
+
+// ============================================================ DemuxIo
+
+DemuxIo::DemuxIo(Dataplane& dp, CoreLoop& core, uint32_t port, uint32_t my_index, dpdk::DpdkQueueIo& q,
+                 config::PortFaults* faults, stats::CounterBlock<PortCounter>* pc,
+                 stats::CounterBlock<CoreCounter>* cc)
+    : dp_(dp), core_(core), port_(port), me_(my_index), q_(q), faults_(faults), pc_(pc), cc_(cc), mac_(q.mac()) {
+  if (faults_) {
+    frx_ = std::make_unique<fault::FaultInjector>(*faults_, config::FaultDir::rx, uint64_t{q.queue_id()} * 2, pc_);
+    ftx_ = std::make_unique<fault::FaultInjector>(*faults_, config::FaultDir::tx, uint64_t{q.queue_id()} * 2 + 1, pc_);
+  }
+}
+
+DemuxIo::~DemuxIo() { drain(); }
+
+void DemuxIo::drain() noexcept {
+  io::PktBuf* b[4];
+  for (auto* f : {frx_.get(), ftx_.get()}) {
+    if (!f) continue;
+    const uint16_t k = f->flush(b, 4);
+    if (k) q_.free_burst(b, k);
+  }
+  for (uint16_t i = 0; i < nbacklog_; ++i) release(backlog_[i]);
+  nbacklog_ = 0;
+  flush_free();
+}
+
+void DemuxIo::forward(io::PktBuf* b, uint32_t to) noexcept {
+  rte_ring* r = dp_.ports_[port_].ring(me_, to);
+  if (rte_ring_sp_enqueue(r, b) == 0) {
+    cc_->add(CoreCounter::ring_enqueued);
+  } else {
+    cc_->add(CoreCounter::ring_full_drops);
+    release(b);
+  }
+}
+
+void DemuxIo::deliver(io::PktBuf* b, io::PktBuf** out, uint16_t& nout, uint16_t cap) noexcept {
+  if (nout < cap) {
+    out[nout++] = b;
+  } else if (nbacklog_ < kTmp) {
+    backlog_[nbacklog_++] = b;
+  } else {
+    pc_->add(PortCounter::tx_drop_full);  // cannot happen with sane bursts; counted anyway
+    release(b);
+  }
+}
+
+void DemuxIo::classify(io::PktBuf* b, io::PktBuf** out, uint16_t& nout, uint16_t cap, bool from_ring) noexcept {
+  const uint8_t* d = b->data;
+  const uint32_t len = b->len;
+  if (len < 14) {
+    pc_->add(PortCounter::rx_drop_bad_header);
+    release(b);
+    return;
+  }
+  uint16_t et = be16(d + 12);
+  uint32_t l3 = 14;
+  if (et == wire::kEtherTypeVlan) {
+    if (len < 18) {
+      pc_->add(PortCounter::rx_drop_bad_header);
+      release(b);
+      return;
+    }
+    et = be16(d + 16);
+    l3 = 18;
+  }
+  uint32_t l4 = 0;
+  if (et == wire::kEtherTypeIpv4) {
+    if (len >= l3 + 20 && d[l3 + 9] == wire::kIpProtoUdp) l4 = l3 + (d[l3] & 0x0Fu) * 4;
+  } else if (et == wire::kEtherTypeIpv6) {
+    if (len >= l3 + 40 && d[l3 + 6] == wire::kIpProtoUdp) l4 = l3 + 40;
+  }
+  if (l4 != 0 && len >= l4 + 8 + 12 && be16(d + l4 + 2) == wire::kRoceV2Port) {
+    if (!from_ring) {
+      if (std::memcmp(d, mac_.data(), 6) != 0) {
+        pc_->add(PortCounter::rx_drop_not_ours);
+        release(b);
+        return;
+      }
+      pc_->add(PortCounter::rx_roce);
+    }
+    const uint8_t* bth = d + l4 + 8;
+    const uint32_t dqpn = uint32_t{bth[5]} << 16 | uint32_t{bth[6]} << 8 | bth[7];
+    const uint32_t n = static_cast<uint32_t>(dp_.ports_[port_].cores.size());
+    const uint32_t owner = n == 1 ? 0 : dqpn % n;
+    if (owner == me_) {
+      deliver(b, out, nout, cap);
+    } else {
+      forward(b, owner);
+    }
+    return;
+  }
+  if (me_ == 0) {
+    host_frame(b, dp_.clock_.now_ns());
+  } else {
+    forward(b, 0);
+  }
+}
+
+void DemuxIo::host_frame(io::PktBuf* b, uint64_t now) noexcept {
+  Dataplane::PortState& ps = dp_.ports_[port_];
+  const uint8_t* d = b->data;
+  uint16_t et = be16(d + 12);
+  uint32_t l3 = 14;
+  if (et == wire::kEtherTypeVlan && b->len >= 18) {
+    et = be16(d + 16);
+    l3 = 18;
+  }
+  enum { kArp, kIcmp, kNd, kOther } kind = kOther;
+  if (et == wire::kEtherTypeArp) kind = kArp;
+  else if (et == wire::kEtherTypeIpv4 && b->len > l3 + 9 && d[l3 + 9] == netstack::kIpProtoIcmp) kind = kIcmp;
+  else if (et == wire::kEtherTypeIpv6 && b->len > l3 + 6 && d[l3 + 6] == netstack::kIpProtoIcmpv6) kind = kNd;
+  if (kind == kArp) pc_->add(PortCounter::rx_arp);
+  if (kind == kIcmp) pc_->add(PortCounter::rx_icmp);
+  if (kind == kNd) pc_->add(PortCounter::rx_nd);
+
+  io::PktBuf* reply = nullptr;
+  if (q_.alloc_burst(&reply, 1) != 1) reply = nullptr;
+  const std::span<uint8_t> out = reply ? std::span<uint8_t>(reply->data, reply->cap) : std::span<uint8_t>();
+  const netstack::Result r = ps.stack->handle({b->data, b->len}, out, now);
+  release(b);
+  if (r.verdict == netstack::Verdict::Reply && reply) {
+    reply->len = r.reply_len;
+    if (kind == kArp) pc_->add(PortCounter::tx_arp);
+    if (kind == kIcmp) pc_->add(PortCounter::tx_icmp);
+    if (kind == kNd) pc_->add(PortCounter::tx_nd);
+    send_host(reply);
+    return;
+  }
+  if (reply) release(reply);
+  if (r.verdict == netstack::Verdict::Dropped) {
+    using netstack::Drop;
+    switch (r.drop) {
+      case Drop::VlanMismatch: pc_->add(PortCounter::rx_drop_vlan); break;
+      case Drop::NotOurMac: case Drop::ArpNotForUs: case Drop::Ipv4NotForUs: case Drop::Ipv6NotForUs:
+      case Drop::NdNotForUs: case Drop::UnknownEthertype: case Drop::UdpNotRoce: case Drop::IpProtoUnhandled:
+      case Drop::IcmpUnhandled: case Drop::Icmpv6Unhandled:
+        pc_->add(PortCounter::rx_drop_not_ours);
+        break;
+      default: pc_->add(PortCounter::rx_drop_bad_header); break;
+    }
+  }
+}
+
+void DemuxIo::send_host(io::PktBuf* b) noexcept {
+  kick_left_ = kKicks;
+  // Host frames bypass the fault injector (README: Limits).
+  if (q_.tx_burst(&b, 1) == 1) {
+    pc_->add(PortCounter::tx_packets);
+    pc_->add(PortCounter::tx_bytes, b->len);
+  } else {
+    pc_->add(PortCounter::tx_drop_full);
+    release(b);
+  }
+}
+
+void DemuxIo::netstack_timers(uint64_t now) noexcept {
+  Dataplane::PortState& ps = dp_.ports_[port_];
+  for (int k = 0; k < 8; ++k) {
+    io::PktBuf* b = nullptr;
+    if (q_.alloc_burst(&b, 1) != 1) return;
+    const uint32_t len = ps.stack->poll_timers(now, {b->data, b->cap});
+    if (len == 0) {
+      q_.free_burst(&b, 1);
+      return;
+    }
+    b->len = len;
+    send_host(b);
+  }
+}
+
+uint16_t DemuxIo::rx_burst(io::PktBuf** bufs, uint16_t n) noexcept {
+  uint16_t nout = 0;
+  // Doorbell: net_af_packet counts frames it could not hand to the kernel
+  // (ENOBUFS/EAGAIN) as sent and leaves them in its TX ring until the next
+  // sendto(); an empty burst is that kick. Other PMDs return at once.
+  if (kick_left_) {
+    --kick_left_;
+    rte_eth_tx_burst(q_.port_id(), q_.queue_id(), nullptr, 0);
+  }
+  // 0. Frames that did not fit last time.
+  if (nbacklog_) {
+    const uint16_t k = std::min(nbacklog_, n);
+    std::memcpy(bufs, backlog_, k * sizeof(io::PktBuf*));
+    std::memmove(backlog_, backlog_ + k, (nbacklog_ - k) * sizeof(io::PktBuf*));
+    nbacklog_ = static_cast<uint16_t>(nbacklog_ - k);
+    nout = k;
+  }
+  io::PktBuf* tmp[kTmp];
+  // 1. Frames other cores forwarded to us.
+  const Dataplane::PortState& ps = dp_.ports_[port_];
+  const uint32_t ncores = static_cast<uint32_t>(ps.cores.size());
+  if (ncores > 1) {
+    for (uint32_t src = 0; src < ncores && nout < n; ++src) {
+      if (src == me_) continue;
+      rte_ring* r = ps.ring(src, me_);
+      const unsigned k = rte_ring_sc_dequeue_burst(r, reinterpret_cast<void**>(tmp), n - nout, nullptr);
+      if (k == 0) continue;
+      cc_->add(CoreCounter::ring_dequeued, k);
+      for (unsigned i = 0; i < k; ++i) classify(tmp[i], bufs, nout, n, true);
+    }
+  }
+  // 2. Our own queue.
+  if (nout < n) {
+    uint16_t want = static_cast<uint16_t>(n - nout);
+    uint16_t k = q_.rx_burst(tmp, want);
+    if (k) {
+      uint64_t bytes = 0;
+      for (uint16_t i = 0; i < k; ++i) bytes += tmp[i]->len;
+      pc_->add(PortCounter::rx_packets, k);
+      pc_->add(PortCounter::rx_bytes, bytes);
+      cc_->add(CoreCounter::rx_bursts);
+    }
+    if (frx_) k = frx_->apply(q_, tmp, k, kTmp);
+    for (uint16_t i = 0; i < k; ++i) {
+      if (i + 1 < k) __builtin_prefetch(tmp[i + 1]->data);
+      classify(tmp[i], bufs, nout, n, false);
+    }
+  }
+  flush_free();
+  return nout;
+}
+
+uint16_t DemuxIo::tx_burst(io::PktBuf** bufs, uint16_t n) noexcept {
+  if (n == 0) return 0;
+  kick_left_ = kKicks;
+  uint64_t bytes = 0;
+  if (!ftx_ || !faults_->active(config::FaultDir::tx)) {
+    const uint16_t k = q_.tx_burst(bufs, n);
+    for (uint16_t i = 0; i < k; ++i) bytes += bufs[i]->len;
+    if (k) {
+      pc_->add(PortCounter::tx_packets, k);
+      pc_->add(PortCounter::tx_bytes, bytes);
+      cc_->add(CoreCounter::tx_bursts);
+    }
+    return k;
+  }
+  // Faults on: the injector may drop, hold or add frames, so this call takes
+  // all n; frames the device refuses are counted and freed.
+  io::PktBuf* tmp[kTmp];
+  const uint16_t m0 = std::min<uint16_t>(n, kTmp / 2);
+  std::memcpy(tmp, bufs, m0 * sizeof(io::PktBuf*));
+  const uint16_t m = ftx_->apply(q_, tmp, m0, kTmp);
+  uint16_t sent = 0;
+  for (int tries = 0; tries < 4 && sent < m; ++tries)
+    sent = static_cast<uint16_t>(sent + q_.tx_burst(tmp + sent, static_cast<uint16_t>(m - sent)));
+  for (uint16_t i = 0; i < sent; ++i) bytes += tmp[i]->len;
+  if (sent) {
+    pc_->add(PortCounter::tx_packets, sent);
+    pc_->add(PortCounter::tx_bytes, bytes);
+    cc_->add(CoreCounter::tx_bursts);
+  }
+  if (sent < m) {
+    pc_->add(PortCounter::tx_drop_full, m - sent);
+    q_.free_burst(tmp + sent, static_cast<uint16_t>(m - sent));
+  }
+  return m0;
+}
+
+// ============================================================ CoreLoop
+
+CoreLoop::CoreLoop(Dataplane& dp, size_t index, unsigned lcore) : dp_(dp), index_(index), lcore_(lcore) {
+  char name[RTE_RING_NAMESIZE];
+  std::snprintf(name, sizeof name, "drcmd%u_%u", g_instance.load() % 100000, static_cast<unsigned>(index % 1000));
+  cmd_ = rte_ring_create(name, dp.cfg_.cmd_ring_size, SOCKET_ID_ANY, RING_F_SC_DEQ);
+  if (!cmd_) throw DataplaneError(std::string("rte_ring_create ") + name + ": " + rte_strerror(rte_errno));
+  slot_of_port_.assign(dp.cfg_.ports.size(), -1);
+}
+
+CoreLoop::~CoreLoop() {
+  for (auto& s : slots_) {
+    s.eng.reset();  // returns its TX buffers through the demux
+    if (s.demux) s.demux->drain();
+    s.demux.reset();
+    s.qio.reset();
+    if (s.mr_mem) rte_free(s.mr_mem);
+  }
+  if (cmd_) rte_ring_free(cmd_);
+}
+
+transport::Engine* CoreLoop::engine(uint32_t port) noexcept {
+  if (port >= slot_of_port_.size() || slot_of_port_[port] < 0) return nullptr;
+  return slots_[static_cast<size_t>(slot_of_port_[port])].eng.get();
+}
+
+uint64_t CoreLoop::add_poller_st(Poller p) {
+  pollers_.emplace_back(++poller_seq_, std::move(p));
+  return poller_seq_;
+}
+
+bool CoreLoop::remove_poller_st(uint64_t id) {
+  for (size_t i = 0; i < pollers_.size(); ++i)
+    if (pollers_[i].first == id) {
+      pollers_.erase(pollers_.begin() + static_cast<long>(i));
+      return true;
+    }
+  return false;
+}
+
+void CoreLoop::flush_all_st() noexcept {
+  for (auto& s : slots_) {
+    const uint32_t max = s.eng->config().max_qps;
+    for (uint32_t n = 0; n < max; ++n) {
+      transport::Qp* q = s.eng->qp(n);
+      if (q && q->state != verbs::QpState::Reset && q->state != verbs::QpState::Err) s.eng->qp_to_error(*q);
+    }
+  }
+}
+
+namespace {
+struct Cmd {
+  std::function<void(CoreLoop&)> fn;
+  std::atomic<bool> done{false};
+};
+}  // namespace
+
+void CoreLoop::run_commands() noexcept {
+  void* obj = nullptr;
+  while (rte_ring_sc_dequeue(cmd_, &obj) == 0) {
+    auto* sp = static_cast<std::shared_ptr<Cmd>*>(obj);
+    try {
+      (*sp)->fn(*this);
+    } catch (...) {
+      // Control functions report through their captures; never unwind into the loop.
+    }
+    (*sp)->done.store(true, std::memory_order_release);
+    delete sp;
+  }
+}
+
+void CoreLoop::housekeeping(uint64_t now_tsc) noexcept {
+  next_hk_ = now_tsc + rte_get_tsc_hz() / 1000;
+  cc_->add(CoreCounter::timer_runs);
+  for (auto& s : slots_) {
+    for (size_t i = 0; i < kTctr; ++i) {
+      const auto c = static_cast<transport::Ctr>(i);
+      s.tctr->set(c, s.eng->counter(c));
+    }
+    auto* pc = &(*dp_.ports_[s.port].counters)[index_];
+    pc->set(PortCounter::rx_drop_bad_icrc, s.eng->counter(transport::Ctr::RxIcrcErr));
+    pc->set(PortCounter::rx_drop_no_qp, s.eng->counter(transport::Ctr::RxNoQp));
+    if (s.index == 0) s.demux->netstack_timers(dp_.clock_.now_ns());
+  }
+  cc_->set(CoreCounter::cnp_sent, 0);
+  uint64_t cnp_s = 0, cnp_r = 0, occ = 0;
+  for (auto& s : slots_) {
+    cnp_s += s.eng->counter(transport::Ctr::CnpSent);
+    cnp_r += s.eng->counter(transport::Ctr::CnpReceived);
+    const auto& ps = dp_.ports_[s.port];
+    for (uint32_t src = 0; src < ps.cores.size(); ++src)
+      if (src != s.index) occ += rte_ring_count(ps.ring(src, s.index));
+  }
+  cc_->set(CoreCounter::cnp_sent, cnp_s);
+  cc_->set(CoreCounter::cnp_received, cnp_r);
+  cc_->set(CoreCounter::ring_occupancy, occ);
+}
+
+uint32_t CoreLoop::poll_once() noexcept {
+  uint32_t work = 0;
+  for (auto& s : slots_) work += s.eng->poll();
+  for (auto& p : pollers_) work += p.second();
+  if (!rte_ring_empty(cmd_)) run_commands();
+  const uint64_t now = rte_rdtsc();
+  if (now >= next_hk_) housekeeping(now);
+  cc_->add(CoreCounter::polls);
+  if (work) cc_->add(CoreCounter::busy_polls);
+  return work;
+}
+
+// ============================================================ Dataplane
+
+Dataplane::Dataplane(DataplaneConfig cfg) : cfg_(std::move(cfg)) {
+  const uint32_t inst = g_instance.fetch_add(1) + 1;
+  if (cfg_.ports.empty()) throw DataplaneError("dataplane: no ports");
+  if (cfg_.cores.empty()) throw DataplaneError("dataplane: no cores");
+  ports_.resize(cfg_.ports.size());
+  for (size_t p = 0; p < cfg_.ports.size(); ++p) {
+    PortSpec& spec = cfg_.ports[p];
+    if (!spec.port) throw DataplaneError("dataplane: port " + spec.name + " is not open");
+    if (spec.host.mac == wire::MacAddr{}) spec.host.mac = spec.port->mac();
+    ports_[p].stack = std::make_unique<netstack::NetStack>(spec.host);
+    ports_[p].gids = ports_[p].stack->gids();
+    if (spec.counters) {
+      ports_[p].counters = spec.counters;
+    } else {
+      ports_[p].own_counters = std::make_unique<stats::PerCore<PortCounter>>(cfg_.cores.size());
+      ports_[p].counters = ports_[p].own_counters.get();
+    }
+    if (ports_[p].counters->size() < cfg_.cores.size())
+      throw DataplaneError("dataplane: port " + spec.name + ": fewer counter blocks than cores");
+  }
+  if (cfg_.core_counters) {
+    core_ctr_ = cfg_.core_counters;
+  } else {
+    own_core_ctr_ = std::make_unique<stats::PerCore<CoreCounter>>(cfg_.cores.size());
+    core_ctr_ = own_core_ctr_.get();
+  }
+  // Cores and which ports they serve.
+  for (size_t i = 0; i < cfg_.cores.size(); ++i) {
+    const CoreSpec& cs = cfg_.cores[i];
+    cores_.push_back(std::make_unique<CoreLoop>(*this, i, cs.lcore));
+    CoreLoop& c = *cores_.back();
+    c.cc_ = &(*core_ctr_)[i];
+    for (const auto& q : cs.queues) {
+      if (q.port >= cfg_.ports.size())
+        throw DataplaneError("dataplane: core " + std::to_string(i) + ": no port " + std::to_string(q.port));
+      if (c.slot_of_port_[q.port] >= 0)
+        throw DataplaneError("dataplane: core " + std::to_string(i) + " (lcore " + std::to_string(cs.lcore) +
+                             ") has two queues of port " + cfg_.ports[q.port].name + "; one per port per core");
+      const dpdk::Port& port = *cfg_.ports[q.port].port;
+      if (q.queue >= port.rx_queues() || q.queue >= port.tx_queues())
+        throw DataplaneError("dataplane: port " + cfg_.ports[q.port].name + " has no queue " + std::to_string(q.queue));
+      c.slot_of_port_[q.port] = static_cast<int>(c.slots_.size());
+      CoreLoop::Slot s;
+      s.port = q.port;
+      s.queue = q.queue;
+      s.index = static_cast<uint32_t>(ports_[q.port].cores.size());
+      ports_[q.port].cores.push_back(i);
+      c.slots_.push_back(std::move(s));
+    }
+  }
+  // Forwarding rings, then the engines.
+  for (size_t p = 0; p < ports_.size(); ++p) {
+    PortState& ps = ports_[p];
+    const size_t n = ps.cores.size();
+    if (n == 0) throw DataplaneError("dataplane: port " + cfg_.ports[p].name + " is served by no core");
+    ps.rings.assign(n * n, nullptr);
+    ps.demux.assign(n, nullptr);
+    for (size_t s = 0; s < n; ++s)
+      for (size_t d = 0; d < n; ++d) {
+        if (s == d) continue;
+        char name[RTE_RING_NAMESIZE];
+        std::snprintf(name, sizeof name, "drfw%u_%u_%u_%u", inst % 100000, static_cast<unsigned>(p % 100),
+                      static_cast<unsigned>(s % 100), static_cast<unsigned>(d % 100));
+        ps.rings[s * n + d] = rte_ring_create(name, cfg_.ring_size, cfg_.ports[p].port->socket(),
+                                              RING_F_SP_ENQ | RING_F_SC_DEQ);
+        if (!ps.rings[s * n + d])
+          throw DataplaneError(std::string("rte_ring_create ") + name + ": " + rte_strerror(rte_errno));
+      }
+  }
+  for (auto& cp : cores_) {
+    CoreLoop& c = *cp;
+    for (auto& s : c.slots_) {
+      const PortSpec& spec = cfg_.ports[s.port];
+      PortState& ps = ports_[s.port];
+      s.qio = std::make_unique<dpdk::DpdkQueueIo>(*spec.port, s.queue);
+      transport::EngineConfig ec = cfg_.engine;
+      ec.mac = spec.port->mac();
+      ec.gid = ps.gids.size() > 1 ? ps.gids.at(1) : ps.gids.at(0);
+      ec.ecn = spec.ecn;
+      ec.qpn_stride = static_cast<uint32_t>(ps.cores.size());
+      ec.qpn_offset = s.index;
+      ec.mr_mem_bytes = verbs::MrTable::bytes_for(ec.max_mrs);
+      s.mr_mem = rte_zmalloc_socket("droce_mr_table", ec.mr_mem_bytes, 64, spec.port->socket());
+      if (!s.mr_mem) throw DataplaneError("dataplane: no hugepage memory for the MR table");
+      ec.mr_mem = s.mr_mem;
+      s.demux = std::make_unique<DemuxIo>(*this, c, s.port, s.index, *s.qio, spec.faults,
+                                          &(*ps.counters)[c.index()], c.cc_);
+      ps.demux[s.index] = s.demux.get();
+      s.eng = std::make_unique<transport::Engine>(ec, *s.demux, clock_);
+      s.tctr = std::make_unique<stats::CounterBlock<transport::Ctr>>();
+    }
+  }
+  if (cfg_.registry) {
+    for (auto& cp : cores_)
+      for (auto& s : cp->slots_)
+        reg_ids_.push_back(cfg_.registry->add(transport_group(),
+                                              cfg_.ports[s.port].name + "/lcore" + std::to_string(cp->lcore()),
+                                              *s.tctr));
+    for (size_t p = 0; p < ports_.size(); ++p)
+      if (ports_[p].own_counters)
+        reg_ids_.push_back(cfg_.registry->add(stats::PortCounter_group, cfg_.ports[p].name, *ports_[p].own_counters));
+    if (own_core_ctr_)
+      for (size_t i = 0; i < cores_.size(); ++i)
+        reg_ids_.push_back(
+            cfg_.registry->add(stats::CoreCounter_group, std::to_string(cores_[i]->lcore()), (*own_core_ctr_)[i]));
+  }
+  // Announce ourselves (gratuitous ARP) from each port's home core.
+  for (size_t p = 0; p < ports_.size(); ++p) {
+    DemuxIo& d = *ports_[p].demux[0];
+    for (size_t i = 0; i < cfg_.ports[p].host.ipv4.size(); ++i) {
+      io::PktBuf* b = nullptr;
+      if (d.queue().alloc_burst(&b, 1) != 1) break;
+      b->len = ports_[p].stack->gratuitous_arp(i, {b->data, b->cap});
+      if (b->len == 0 || d.queue().tx_burst(&b, 1) != 1) d.queue().free_burst(&b, 1);
+    }
+  }
+}
+
+Dataplane::~Dataplane() {
+  stop();
+  if (cfg_.registry)
+    for (auto id : reg_ids_) cfg_.registry->remove(id);
+  cores_.clear();
+  for (auto& ps : ports_)
+    for (rte_ring* r : ps.rings) {
+      if (!r) continue;
+      void* obj;
+      while (rte_ring_dequeue(r, &obj) == 0) {
+        io::PktBuf* b = static_cast<io::PktBuf*>(obj);
+        rte_pktmbuf_free(dpdk::DpdkQueueIo::mbuf_of(b));
+      }
+      rte_ring_free(r);
+    }
+  for (auto& d : dma_) rte_free(d.p);
+}
+
+int Dataplane::launch(void* arg) {
+  auto* c = static_cast<CoreLoop*>(arg);
+  c->dp_.loop(*c);
+  return 0;
+}
+
+void Dataplane::loop(CoreLoop& c) noexcept {
+  spdlog::debug("dataplane: core {} running on lcore {}", c.index(), rte_lcore_id());
+  while (!stop_.load(std::memory_order_relaxed)) c.poll_once();
+}
+
+void Dataplane::start() {
+  if (running_) return;
+  stop_.store(false);
+  const unsigned self = rte_lcore_id();
+  running_ = true;
+  for (auto& cp : cores_) {
+    CoreLoop* c = cp.get();
+    if (c->lcore() == self) {
+      threads_.emplace_back([this, c] {
+        if (rte_thread_register() != 0)
+          spdlog::warn("dataplane: rte_thread_register failed ({}): no mempool cache on this core",
+                       rte_strerror(rte_errno));
+        loop(*c);
+        rte_thread_unregister();
+      });
+      continue;
+    }
+    if (!rte_lcore_is_enabled(c->lcore())) {
+      stop();
+      throw DataplaneError("dataplane: lcore " + std::to_string(c->lcore()) +
+                           " is not enabled in EAL (add it to eal.lcores)");
+    }
+    const int rc = rte_eal_remote_launch(&Dataplane::launch, c, c->lcore());
+    if (rc != 0) {
+      stop();
+      throw DataplaneError("dataplane: rte_eal_remote_launch on lcore " + std::to_string(c->lcore()) + ": " +
+                           rte_strerror(-rc));
+    }
+    launched_.push_back(c->lcore());
+  }
+}
+
+void Dataplane::stop() noexcept {
+  if (running_) {
+    for (size_t i = 0; i < cores_.size(); ++i) run_on(i, [](CoreLoop& c) { c.flush_all_st(); });
+    stop_.store(true);
+    for (unsigned l : launched_) rte_eal_wait_lcore(l);
+    for (auto& t : threads_) t.join();
+    launched_.clear();
+    threads_.clear();
+    running_ = false;
+    for (auto& c : cores_) c->run_commands();  // anything queued after the loops stopped
+  } else {
+    for (auto& c : cores_) c->flush_all_st();
+  }
+}
+
+uint32_t Dataplane::poll_all() noexcept {
+  uint32_t w = 0;
+  for (auto& c : cores_) w += c->poll_once();
+  return w;
+}
+
+size_t Dataplane::pick_core(uint32_t p) {
+  std::lock_guard lk(ctl_mu_);
+  PortState& ps = ports_.at(p);
+  return ps.cores[ps.rr++ % ps.cores.size()];
+}
+
+bool Dataplane::run_on(size_t core, std::function<void(CoreLoop&)> fn, Ms timeout) {
+  CoreLoop& c = *cores_.at(core);
+  if (!running_) {
+    fn(c);
+    return true;
+  }
+  auto cmd = std::make_shared<Cmd>();
+  cmd->fn = std::move(fn);
+  auto* sp = new std::shared_ptr<Cmd>(cmd);
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (rte_ring_mp_enqueue(c.cmd_, sp) != 0) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      delete sp;
+      return false;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+  for (uint32_t spin = 0; !cmd->done.load(std::memory_order_acquire); ++spin) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    if (spin > 100) std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+  return true;
+}
+
+uint64_t Dataplane::add_poller(size_t core, CoreLoop::Poller p) {
+  auto id = std::make_shared<uint64_t>(0);
+  if (!run_on(core, [id, p = std::move(p)](CoreLoop& c) mutable { *id = c.add_poller_st(std::move(p)); }))
+    throw DataplaneError("dataplane: core " + std::to_string(core) + " did not answer (add_poller)");
+  return *id;
+}
+
+bool Dataplane::remove_poller(size_t core, uint64_t id) {
+  auto ok = std::make_shared<bool>(false);
+  if (!run_on(core, [id, ok](CoreLoop& c) { *ok = c.remove_poller_st(id); })) return false;
+  return *ok;
+}
+
+int Dataplane::reg_mr(uint32_t p, uint32_t pd, void* addr, uint64_t len, uint32_t access, uint32_t* key) {
+  if (p >= ports_.size() || !key || !addr || len == 0 || pd == 0) return EINVAL;
+  std::lock_guard lk(ctl_mu_);
+  const auto& cores = ports_[p].cores;
+  std::vector<uint32_t> keys;
+  int err = 0;
+  for (size_t ci : cores) {
+    auto res = std::make_shared<std::pair<int, uint32_t>>(ETIMEDOUT, 0);
+    run_on(ci, [p, pd, addr, len, access, res](CoreLoop& c) {
+      res->first = c.engine(p)->reg_mr(verbs::Pd{pd}, addr, len, access, &res->second);
+    });
+    if (res->first != 0) {
+      err = res->first;
+      break;
+    }
+    keys.push_back(res->second);
+    if (keys.back() != keys.front()) {
+      err = EIO;  // replicated tables diverged: cannot happen unless used outside the facade
+      break;
+    }
+  }
+  if (err != 0) {
+    for (size_t i = 0; i < keys.size(); ++i) {
+      const uint32_t k = keys[i];
+      run_on(cores[i], [p, k](CoreLoop& c) { c.engine(p)->dereg_mr(k); });
+    }
+    return err;
+  }
+  MrRec r;
+  r.info.port = p;
+  r.info.key = keys.front();
+  r.info.pd = pd;
+  r.info.access = access;
+  r.info.addr = reinterpret_cast<uint64_t>(addr);
+  r.info.length = len;
+  if (rte_mem_virt2memseg(addr, nullptr) != nullptr) {
+    r.info.hugepage = true;
+    const rte_iova_t iova = rte_mem_virt2iova(addr);
+    r.info.dma_iova = iova == RTE_BAD_IOVA ? 0 : iova;
+  }
+  mrs_.push_back(r);
+  *key = keys.front();
+  return 0;
+}
+
+int Dataplane::dereg_mr(uint32_t p, uint32_t key) {
+  if (p >= ports_.size()) return EINVAL;
+  std::lock_guard lk(ctl_mu_);
+  int err = 0;
+  for (size_t ci : ports_[p].cores) {
+    auto rc = std::make_shared<int>(ETIMEDOUT);
+    run_on(ci, [p, key, rc](CoreLoop& c) { *rc = c.engine(p)->dereg_mr(key); });
+    if (*rc != 0) err = *rc;
+  }
+  std::erase_if(mrs_, [&](const MrRec& r) { return r.info.port == p && r.info.key == key; });
+  return err;
+}
+
+void* Dataplane::alloc_dma(size_t len, uint64_t* iova_out) {
+  void* p = rte_malloc("droce_mr", len, 4096);
+  if (!p) return nullptr;
+  const rte_iova_t iova = rte_malloc_virt2iova(p);
+  std::lock_guard lk(ctl_mu_);
+  dma_.push_back({p, len, iova == RTE_BAD_IOVA ? 0 : iova});
+  if (iova_out) *iova_out = dma_.back().iova;
+  return p;
+}
+
+void Dataplane::free_dma(void* p) noexcept {
+  std::lock_guard lk(ctl_mu_);
+  for (size_t i = 0; i < dma_.size(); ++i)
+    if (dma_[i].p == p) {
+      rte_free(p);
+      dma_.erase(dma_.begin() + static_cast<long>(i));
+      return;
+    }
+}
+
+std::vector<MrInfo> Dataplane::mrs() {
+  std::lock_guard lk(ctl_mu_);
+  std::vector<MrInfo> out;
+  for (const auto& r : mrs_) out.push_back(r.info);
+  return out;
+}
+
+std::vector<QpInfo> Dataplane::qps() {
+  std::vector<QpInfo> out;
+  for (size_t i = 0; i < cores_.size(); ++i) {
+    auto v = std::make_shared<std::vector<QpInfo>>();
+    run_on(i, [v](CoreLoop& c) {
+      for (auto& s : c.slots()) {
+        const uint32_t max = s.eng->config().max_qps;
+        for (uint32_t n = 0; n < max; ++n) {
+          const transport::Qp* q = s.eng->qp(n);
+          if (!q) continue;
+          QpInfo qi;
+          qi.port = s.port;
+          qi.qpn = q->qpn;
+          qi.core = c.index();
+          qi.lcore = c.lcore();
+          qi.type = q->type;
+          qi.state = q->state;
+          qi.dest_qpn = q->attr.dest_qp_num;
+          qi.sq_psn = q->req.psn;
+          qi.rq_psn = q->resp.psn;
+          qi.mtu = q->mtu;
+          qi.sq_outstanding = q->sq.count();
+          qi.rq_posted = q->rq.count();
+          qi.ctr = q->ctr;
+          v->push_back(qi);
+        }
+      }
+    });
+    out.insert(out.end(), v->begin(), v->end());
+  }
+  return out;
+}
+
+std::vector<NeighInfo> Dataplane::neighbours() {
+  std::vector<NeighInfo> out;
+  for (uint32_t p = 0; p < ports_.size(); ++p) {
+    auto v = std::make_shared<std::vector<NeighInfo>>();
+    run_on(ports_[p].cores[0], [this, p, v](CoreLoop&) {
+      for (const auto& e : ports_[p].stack->neighbours().entries())
+        if (e.state != netstack::NeighState::Free) v->push_back({p, e});
+    });
+    out.insert(out.end(), v->begin(), v->end());
+  }
+  return out;
+}
+
+bool Dataplane::resolve(uint32_t p, const wire::Gid& ip, wire::MacAddr& mac, Ms timeout) {
+  if (p >= ports_.size()) return false;
+  struct St {
+    netstack::NetStack::Resolve r = netstack::NetStack::Resolve::Pending;
+    wire::MacAddr mac{};
+  };
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  auto next_try = std::chrono::steady_clock::now();
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (std::chrono::steady_clock::now() >= next_try) {
+      next_try = std::chrono::steady_clock::now() + Ms(2);
+      auto st = std::make_shared<St>();
+      run_on(ports_[p].cores[0], [this, p, ip, st](CoreLoop&) {
+        DemuxIo& d = *ports_[p].demux[0];
+        io::PktBuf* b = nullptr;
+        if (d.queue().alloc_burst(&b, 1) != 1) return;
+        uint32_t len = 0;
+        st->r = ports_[p].stack->resolve(ip, clock_.now_ns(), st->mac, {b->data, b->cap}, len);
+        if (len) {
+          b->len = len;
+          d.send_host(b);
+        } else {
+          d.queue().free_burst(&b, 1);
+        }
+      });
+      using R = netstack::NetStack::Resolve;
+      if (st->r == R::Ready || st->r == R::ReadyProbe) {
+        mac = st->mac;
+        return true;
+      }
+      if (st->r == R::Failed) return false;
+    }
+    if (running_) {
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    } else {
+      poll_all();
+    }
+  }
+  return false;
+}
+
+}  // namespace droce::engine

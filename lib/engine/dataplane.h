@@ -1,0 +1,310 @@
+// The dataplane: one run-to-completion CoreLoop per lcore over DPDK port
+// queues, QPN-partitioned transport engines, SPSC forwarding rings between
+// cores, a command ring per core for the control path. See README.md.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "config/fault_table.h"
+#include "dpdk/port.h"
+#include "dpdk/queue_io.h"
+#include "fault/fault_injector.h"
+#include "netstack/netstack.h"
+#include "stats/groups.h"
+#include "stats/stats.h"
+#include "transport/engine.h"
+
+struct rte_ring;
+
+namespace droce::engine {
+
+class DataplaneError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// The transport engine's counters as a lib/stats group ("transport").
+const stats::GroupDesc& transport_group();
+
+struct PortSpec {
+  std::string name;
+  dpdk::Port* port = nullptr;             // opened by the caller; outlives the Dataplane
+  netstack::HostConfig host;              // mac: taken from the port when all zero
+  config::PortFaults* faults = nullptr;   // nullptr: no fault injection on this port
+  stats::PerCore<stats::PortCounter>* counters = nullptr;  // nullptr: the dataplane makes its own
+  uint8_t dscp = 0;
+  bool ecn = true;
+};
+
+struct CoreSpec {
+  unsigned lcore = 0;
+  struct Queue {
+    uint32_t port = 0;  // index into ports
+    uint16_t queue = 0;
+  };
+  std::vector<Queue> queues;  // at most one queue per port per core
+};
+
+struct DataplaneConfig {
+  std::vector<PortSpec> ports;
+  std::vector<CoreSpec> cores;
+  transport::EngineConfig engine;  // max_qps (QPN space of a port), max_mrs, windows; mac/gid per port
+  uint32_t ring_size = 1024;       // forwarding ring between two cores (power of two)
+  uint32_t cmd_ring_size = 64;
+  stats::Registry* registry = nullptr;                         // counters registered here when set
+  stats::PerCore<stats::CoreCounter>* core_counters = nullptr;  // nullptr: own
+};
+
+class Dataplane;
+class CoreLoop;
+
+// io::PacketIo the Engine of one (core, port) slot sees: forwarded frames
+// from other cores, then this core's queue through the RX fault injector
+// and the classifier; TX through the TX fault injector.
+class DemuxIo final : public io::PacketIo {
+ public:
+  DemuxIo(Dataplane& dp, CoreLoop& core, uint32_t port, uint32_t my_index, dpdk::DpdkQueueIo& q,
+          config::PortFaults* faults, stats::CounterBlock<stats::PortCounter>* pc,
+          stats::CounterBlock<stats::CoreCounter>* cc);
+  ~DemuxIo() override;
+
+  uint16_t rx_burst(io::PktBuf** bufs, uint16_t n) noexcept override;
+  uint16_t alloc_burst(io::PktBuf** bufs, uint16_t n) noexcept override { return q_.alloc_burst(bufs, n); }
+  uint16_t tx_burst(io::PktBuf** bufs, uint16_t n) noexcept override;
+  void free_burst(io::PktBuf** bufs, uint16_t n) noexcept override { q_.free_burst(bufs, n); }
+  uint32_t buf_capacity() const noexcept override { return q_.buf_capacity(); }
+  wire::MacAddr mac() const noexcept override { return q_.mac(); }
+
+  // Home core only: ARP/ND timers (retries, probes).
+  void netstack_timers(uint64_t now) noexcept;
+  dpdk::DpdkQueueIo& queue() noexcept { return q_; }
+  // Releases frames held by the fault injectors (shutdown).
+  void drain() noexcept;
+
+ private:
+  friend class Dataplane;
+  void classify(io::PktBuf* b, io::PktBuf** out, uint16_t& nout, uint16_t cap, bool from_ring) noexcept;
+  void deliver(io::PktBuf* b, io::PktBuf** out, uint16_t& nout, uint16_t cap) noexcept;
+  void forward(io::PktBuf* b, uint32_t to) noexcept;
+  void host_frame(io::PktBuf* b, uint64_t now) noexcept;
+  void send_host(io::PktBuf* b) noexcept;
+  void release(io::PktBuf* b) noexcept {
+    free_[nfree_++] = b;
+    if (nfree_ == kTmp) flush_free();
+  }
+  void flush_free() noexcept {
+    if (nfree_) q_.free_burst(free_, nfree_);
+    nfree_ = 0;
+  }
+
+  static constexpr uint16_t kTmp = 128;
+  static constexpr uint32_t kKicks = 256;
+  Dataplane& dp_;
+  CoreLoop& core_;
+  const uint32_t port_;
+  const uint32_t me_;  // index among the port's cores
+  dpdk::DpdkQueueIo& q_;
+  config::PortFaults* faults_;
+  std::unique_ptr<fault::FaultInjector> frx_, ftx_;
+  stats::CounterBlock<stats::PortCounter>* pc_;
+  stats::CounterBlock<stats::CoreCounter>* cc_;
+  wire::MacAddr mac_;
+  io::PktBuf* free_[kTmp]{};
+  uint16_t nfree_ = 0;
+  uint32_t kick_left_ = 0;  // zero-length TX bursts still to do (af_packet sends on the next kick)
+  io::PktBuf* backlog_[kTmp]{};  // frames for our engine beyond the burst it asked for
+  uint16_t nbacklog_ = 0;
+};
+
+// One lcore's poll loop. Everything here is touched only by that lcore
+// (or by a control thread while the loop is not running).
+class CoreLoop {
+ public:
+  struct Slot {
+    uint32_t port = 0;
+    uint16_t queue = 0;
+    uint32_t index = 0;  // this core's index among the port's cores (its QPN residue)
+    std::unique_ptr<dpdk::DpdkQueueIo> qio;
+    std::unique_ptr<DemuxIo> demux;
+    std::unique_ptr<transport::Engine> eng;
+    void* mr_mem = nullptr;  // rte_zmalloc'd MR table
+    std::unique_ptr<stats::CounterBlock<transport::Ctr>> tctr;
+  };
+
+  CoreLoop(Dataplane& dp, size_t index, unsigned lcore);
+  ~CoreLoop();
+  CoreLoop(const CoreLoop&) = delete;
+  CoreLoop& operator=(const CoreLoop&) = delete;
+
+  size_t index() const noexcept { return index_; }
+  unsigned lcore() const noexcept { return lcore_; }
+  // The engine of this core for a port, or nullptr if this core does not serve it.
+  transport::Engine* engine(uint32_t port) noexcept;
+  std::vector<Slot>& slots() noexcept { return slots_; }
+
+  // One iteration: every slot's engine, the pollers, commands, ~1 ms housekeeping.
+  uint32_t poll_once() noexcept;
+  // Runs on this core, every iteration; returns work done. Core thread only
+  // (install it with Dataplane::add_poller).
+  using Poller = std::function<uint32_t()>;
+  uint64_t add_poller_st(Poller p);
+  bool remove_poller_st(uint64_t id);
+
+  // Every QP of every slot to ERR (outstanding work completes with WR_FLUSH_ERR).
+  void flush_all_st() noexcept;
+
+ private:
+  friend class Dataplane;
+  void housekeeping(uint64_t now) noexcept;
+  void run_commands() noexcept;
+
+  Dataplane& dp_;
+  size_t index_;
+  unsigned lcore_;
+  std::vector<Slot> slots_;
+  std::vector<int> slot_of_port_;
+  rte_ring* cmd_ = nullptr;
+  std::vector<std::pair<uint64_t, Poller>> pollers_;
+  uint64_t poller_seq_ = 0;
+  uint64_t next_hk_ = 0;
+  stats::CounterBlock<stats::CoreCounter>* cc_ = nullptr;
+};
+
+struct MrInfo {
+  uint32_t port = 0, key = 0, pd = 0, access = 0;
+  uint64_t addr = 0, length = 0;
+  uint64_t dma_iova = 0;  // bus address of the first byte (hugepage memory), or 0 when unknown
+  bool hugepage = false;
+};
+
+struct QpInfo {
+  uint32_t port = 0, qpn = 0, dest_qpn = 0, sq_psn = 0, rq_psn = 0, mtu = 0;
+  size_t core = 0;
+  unsigned lcore = 0;
+  verbs::QpType type = verbs::QpType::RC;
+  verbs::QpState state = verbs::QpState::Reset;
+  uint32_t sq_outstanding = 0, rq_posted = 0;
+  transport::QpCounters ctr;
+};
+
+struct NeighInfo {
+  uint32_t port = 0;
+  netstack::NeighEntry e;
+};
+
+class Dataplane {
+ public:
+  using Ms = std::chrono::milliseconds;
+
+  // Builds cores, engines, rings and netstacks (control path; throws DataplaneError).
+  explicit Dataplane(DataplaneConfig cfg);
+  ~Dataplane();
+  Dataplane(const Dataplane&) = delete;
+  Dataplane& operator=(const Dataplane&) = delete;
+
+  // Launches every core loop (rte_eal_remote_launch; a core on the calling
+  // lcore gets a registered thread). Throws DataplaneError.
+  void start();
+  // Flushes every QP with errors, stops and joins the loops. Idempotent.
+  void stop() noexcept;
+  bool running() const noexcept { return running_; }
+  bool stopping() const noexcept { return stop_.load(std::memory_order_relaxed); }
+
+  // Embedded mode (not started): one iteration of every core loop on the caller's thread.
+  uint32_t poll_all() noexcept;
+
+  size_t core_count() const noexcept { return cores_.size(); }
+  CoreLoop& core(size_t i) { return *cores_.at(i); }
+  size_t port_count() const noexcept { return ports_.size(); }
+  const PortSpec& port(uint32_t p) const { return cfg_.ports.at(p); }
+  // Core indexes serving port p (QPN n belongs to port_cores(p)[n % size]).
+  const std::vector<size_t>& port_cores(uint32_t p) const { return ports_.at(p).cores; }
+  size_t owner_core(uint32_t p, uint32_t qpn) const {
+    const auto& c = ports_.at(p).cores;
+    return c[qpn % c.size()];
+  }
+  // A core for a new QP on port p (round robin).
+  size_t pick_core(uint32_t p);
+  const netstack::GidTable& gids(uint32_t p) const { return ports_.at(p).gids; }
+
+  // Runs fn(core) on core i and waits for it. Inline when the loops are not
+  // running. False on timeout (fn may still run later: capture by value).
+  bool run_on(size_t core, std::function<void(CoreLoop&)> fn, Ms timeout = Ms(2000));
+  // Installs / removes a per-core poller (through run_on).
+  uint64_t add_poller(size_t core, CoreLoop::Poller p);
+  bool remove_poller(size_t core, uint64_t id);
+
+  // ---- verbs facade (control path, any one thread at a time) ----
+  uint32_t alloc_pd() noexcept { return pd_seq_.fetch_add(1) + 1; }
+  // Registers on every core of port p (replicated tables, identical keys). 0 or errno.
+  int reg_mr(uint32_t p, uint32_t pd, void* addr, uint64_t len, uint32_t access, uint32_t* key);
+  int dereg_mr(uint32_t p, uint32_t key);
+  // Hugepage memory for registration (rte_malloc); iova_out: bus address when known.
+  void* alloc_dma(size_t len, uint64_t* iova_out = nullptr);
+  void free_dma(void* p) noexcept;
+
+  std::vector<MrInfo> mrs();
+  std::vector<QpInfo> qps();
+  std::vector<NeighInfo> neighbours();
+  // Resolves a peer's MAC through the port's NetStack (ARP / ND), waiting up
+  // to timeout (polling the loops itself in embedded mode). False on failure.
+  bool resolve(uint32_t p, const wire::Gid& ip, wire::MacAddr& mac, Ms timeout = Ms(3000));
+
+  stats::PerCore<stats::PortCounter>& port_counters(uint32_t p) { return *ports_.at(p).counters; }
+  stats::PerCore<stats::CoreCounter>& core_counters() { return *core_ctr_; }
+  const io::Clock& clock() const noexcept { return clock_; }
+  // Traffic class for AHs on port p: the configured DSCP (the engine adds ECT(0)).
+  uint8_t tclass(uint32_t p) const { return static_cast<uint8_t>(cfg_.ports.at(p).dscp << 2); }
+
+ private:
+  friend class DemuxIo;
+  friend class CoreLoop;
+  struct PortState {
+    std::vector<size_t> cores;  // core indexes serving the port, in QPN-residue order
+    std::vector<DemuxIo*> demux;  // by residue
+    std::unique_ptr<netstack::NetStack> stack;  // touched by the home core (cores[0]) only
+    netstack::GidTable gids;
+    std::vector<rte_ring*> rings;  // rings[src * n + dst], src != dst
+    std::unique_ptr<stats::PerCore<stats::PortCounter>> own_counters;
+    stats::PerCore<stats::PortCounter>* counters = nullptr;
+    size_t rr = 0;
+    rte_ring* ring(uint32_t src, uint32_t dst) const noexcept { return rings[src * cores.size() + dst]; }
+  };
+  static int launch(void* arg);
+  void loop(CoreLoop& c) noexcept;
+
+  DataplaneConfig cfg_;
+  dpdk::TscClock clock_;
+  std::vector<PortState> ports_;
+  std::vector<std::unique_ptr<CoreLoop>> cores_;
+  std::unique_ptr<stats::PerCore<stats::CoreCounter>> own_core_ctr_;
+  stats::PerCore<stats::CoreCounter>* core_ctr_ = nullptr;
+  std::vector<stats::Registry::Id> reg_ids_;
+  std::atomic<bool> stop_{false};
+  bool running_ = false;
+  std::vector<std::thread> threads_;   // cores on the caller's own lcore
+  std::vector<unsigned> launched_;     // lcores launched with rte_eal_remote_launch
+  std::atomic<uint32_t> pd_seq_{0};
+  std::mutex ctl_mu_;  // serialises control operations (run_on callers)
+  struct MrRec {
+    MrInfo info;
+  };
+  std::vector<MrRec> mrs_;
+  struct DmaRec {
+    void* p;
+    size_t len;
+    uint64_t iova;
+  };
+  std::vector<DmaRec> dma_;
+};
+
+}  // namespace droce::engine

@@ -1,0 +1,137 @@
+#include "engine/embed.h"
+
+#include <rte_lcore.h>
+
+#include <cerrno>
+#include <stdexcept>
+
+namespace droce::engine {
+
+Embedded::Embedded(const EmbedOptions& o) {
+  if (o.device.empty()) throw std::runtime_error("embedded droce: no device given");
+  if (o.queues == 0 || o.queues > 16) throw std::runtime_error("embedded droce: queues must be 1..16");
+  if (o.init_eal) eal_ = std::make_unique<dpdk::Eal>(dpdk::EalOptions{.args = o.eal_args, .program = "droce-embed"});
+  dpdk::PortConfig pc;
+  pc.device = o.device;
+  pc.rx_queues = pc.tx_queues = o.queues;
+  pc.rx_desc = pc.tx_desc = 1024;
+  pc.mbufs = o.mbufs ? o.mbufs : 8191u * o.queues;
+  pc.mbuf_cache = 256;
+  pc.mtu = o.mtu;
+  pc.mac = o.mac;
+  port_ = std::make_unique<dpdk::Port>(pc);
+
+  netstack::HostConfig hc;
+  hc.mac = port_->mac();
+  for (const auto& s : o.ipv4) {
+    auto g = netstack::parse_ip(s);
+    if (!g || !wire::gid_is_ipv4_mapped(*g)) throw std::runtime_error("embedded droce: not an IPv4 address: " + s);
+    hc.ipv4.push_back(wire::gid_to_ipv4(*g));
+  }
+  for (const auto& s : o.ipv6) {
+    auto g = netstack::parse_ip(s);
+    if (!g || wire::gid_is_ipv4_mapped(*g)) throw std::runtime_error("embedded droce: not an IPv6 address: " + s);
+    hc.ipv6.push_back(*g);
+  }
+  std::vector<config::PortConfig> fcfg(1);
+  faults_ = std::make_unique<config::FaultTable>(fcfg);
+
+  DataplaneConfig dc;
+  PortSpec ps;
+  ps.name = port_->name();
+  ps.port = port_.get();
+  ps.host = hc;
+  ps.faults = &(*faults_)[0];
+  ps.dscp = o.dscp;
+  ps.ecn = o.ecn;
+  dc.ports.push_back(std::move(ps));
+  for (uint16_t q = 0; q < o.queues; ++q) {
+    CoreSpec cs;
+    cs.lcore = rte_lcore_id() == LCORE_ID_ANY ? 0 : rte_lcore_id();
+    cs.queues.push_back({0, q});
+    dc.cores.push_back(cs);
+  }
+  dc.engine = o.engine;
+  dc.registry = o.registry;
+  dp_ = std::make_unique<Dataplane>(std::move(dc));
+}
+
+
+Embedded::~Embedded() {
+  dp_.reset();
+  port_.reset();
+  eal_.reset();
+}
+
+QpHandle Embedded::create_qp(uint32_t pd, const QpOptions& o) {
+  QpHandle h;
+  h.core = dp_->pick_core(0);
+  h.pd = pd;
+  h.opt = o;
+  h.eng = dp_->core(h.core).engine(0);
+  h.scq = h.eng->create_cq(o.cqe);
+  h.rcq = h.eng->create_cq(o.cqe);
+  if (!h.scq || !h.rcq) throw std::runtime_error("embedded droce: create_cq failed");
+  verbs::QpInitAttr init;
+  init.qp_type = o.type;
+  init.pd = pd;
+  init.send_cq = h.scq;
+  init.recv_cq = h.rcq;
+  init.cap = o.cap;
+  if (int rc = h.eng->create_qp(init, &h.qpn)) throw std::runtime_error("embedded droce: create_qp: errno " + std::to_string(rc));
+  verbs::QpAttr a;
+  a.qp_state = verbs::QpState::Init;
+  a.pkey_index = 0;
+  a.port_num = 1;
+  a.qkey = o.qkey;
+  a.qp_access_flags = verbs::kAccessAll;
+  const uint32_t m = verbs::kQpState | verbs::kQpPkeyIndex | verbs::kQpPort |
+                     (o.type == verbs::QpType::UD ? verbs::kQpQkey : verbs::kQpAccessFlags);
+  if (int rc = h.eng->modify_qp(h.qpn, a, m)) throw std::runtime_error("embedded droce: modify_qp INIT: errno " + std::to_string(rc));
+  return h;
+}
+
+bool Embedded::resolve(const wire::Gid& ip, wire::MacAddr& mac, uint32_t timeout_ms) {
+  return dp_->resolve(0, ip, mac, Dataplane::Ms(timeout_ms));
+}
+
+int Embedded::connect(QpHandle& qp, const QpPeer& peer) {
+  using namespace verbs;
+  QpAttr a;
+  a.qp_state = QpState::Rtr;
+  a.path_mtu = qp.opt.mtu;
+  a.dest_qp_num = peer.qpn;
+  a.rq_psn = peer.psn;
+  a.max_dest_rd_atomic = 16;
+  a.min_rnr_timer = qp.opt.min_rnr_timer;
+  a.ah_attr.dgid = peer.gid;
+  a.ah_attr.dmac = peer.mac;
+  a.ah_attr.traffic_class = dp_->tclass(0);
+  if (qp.opt.type != QpType::UD && a.ah_attr.dmac == wire::MacAddr{}) {
+    if (!resolve(peer.gid, a.ah_attr.dmac)) return EHOSTUNREACH;
+  }
+  uint32_t m = kQpState;
+  if (qp.opt.type == QpType::RC)
+    m |= kQpAv | kQpPathMtu | kQpDestQpn | kQpRqPsn | kQpMaxDestRdAtomic | kQpMinRnrTimer;
+  if (qp.opt.type == QpType::UC) m |= kQpAv | kQpPathMtu | kQpDestQpn | kQpRqPsn;
+  if (int rc = qp.eng->modify_qp(qp.qpn, a, m)) return rc;
+  if (qp.opt.type == QpType::UD) qp.eng->qp(qp.qpn)->mtu = mtu_bytes(qp.opt.mtu);
+  a.qp_state = QpState::Rts;
+  a.sq_psn = qp.opt.psn;
+  a.timeout = qp.opt.timeout;
+  a.retry_cnt = qp.opt.retry_cnt;
+  a.rnr_retry = qp.opt.rnr_retry;
+  a.max_rd_atomic = qp.opt.max_rd_atomic;
+  m = kQpState | kQpSqPsn;
+  if (qp.opt.type == QpType::RC) m |= kQpTimeout | kQpRetryCnt | kQpRnrRetry | kQpMaxQpRdAtomic;
+  return qp.eng->modify_qp(qp.qpn, a, m);
+}
+
+int Embedded::destroy_qp(QpHandle& qp) {
+  if (!qp.eng) return EINVAL;
+  const int rc = qp.eng->destroy_qp(qp.qpn);
+  qp.eng = nullptr;
+  return rc;
+}
+
+}  // namespace droce::engine

@@ -1,0 +1,121 @@
+// Embedding API: the droce dataplane as a library an application links and
+// drives from its own poll loop. No threads of its own: every call, and
+// poll(), runs on the application's thread.
+//
+//   engine::EmbedOptions o;
+//   o.device = "net_af_packet0,iface=veth0";
+//   o.ipv4 = {"10.0.0.1"};
+//   engine::Embedded node(o);             // EAL, port, dataplane
+//   auto pd = node.alloc_pd();
+//   void* buf = node.alloc_dma(1 << 20);   // hugepage memory
+//   uint32_t key; node.reg_mr(pd, buf, 1 << 20, verbs::kAccessAll, &key);
+//   auto qp = node.create_qp(pd, verbs::QpType::RC, caps);
+//   ... exchange qp.qpn / psn / rkey / address with the peer ...
+//   node.connect(qp, peer);               // INIT -> RTR -> RTS, peer MAC by ARP
+//   node.post_send(qp, wr);
+//   for (;;) { node.poll(); n = qp.scq->poll(wc, 16); ... }
+//
+// With queues > 1 the port gets several RX/TX queues and one CoreLoop each
+// (all polled by poll()); a QP lives on the loop that owns its QPN, frames
+// landing on another queue are forwarded through the SPSC rings.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "config/fault_table.h"
+#include "dpdk/eal.h"
+#include "dpdk/port.h"
+#include "engine/dataplane.h"
+
+namespace droce::engine {
+
+struct EmbedOptions {
+  std::string device;                  // DPDK device (vdev devargs or PCI address)
+  std::vector<std::string> eal_args;   // passed to rte_eal_init (defaults added, see dpdk/eal.h)
+  bool init_eal = true;                // false: the application initialised the EAL itself
+  uint16_t queues = 1;                 // RX/TX queue pairs = core loops
+  std::vector<std::string> ipv4;       // "10.0.0.1"
+  std::vector<std::string> ipv6;
+  std::optional<wire::MacAddr> mac;
+  uint16_t mtu = 0;                    // 0: leave the device's MTU
+  uint32_t mbufs = 0;                  // pool size, 0: default
+  uint8_t dscp = 0;
+  bool ecn = true;
+  transport::EngineConfig engine;      // max_qps, max_mrs, ...
+  stats::Registry* registry = nullptr;
+};
+
+struct QpPeer {  // what two sides exchange out of band (as perftest does)
+  uint32_t qpn = 0;
+  uint32_t psn = 0;
+  wire::Gid gid{};
+  wire::MacAddr mac{};  // zero: resolve by ARP / ND
+};
+
+struct QpOptions {
+  verbs::QpType type = verbs::QpType::RC;
+  verbs::QpCap cap;
+  uint32_t cqe = 4096;
+  verbs::Mtu mtu = verbs::Mtu::M1024;
+  uint32_t psn = 0;
+  uint32_t qkey = 0x11111111;
+  uint8_t timeout = 14, retry_cnt = 7, rnr_retry = 7, min_rnr_timer = 12;
+  uint8_t max_rd_atomic = 16;
+};
+
+struct QpHandle {
+  size_t core = 0;
+  uint32_t qpn = 0;
+  uint32_t pd = 0;
+  transport::Engine* eng = nullptr;
+  verbs::Cq* scq = nullptr;
+  verbs::Cq* rcq = nullptr;
+  QpOptions opt;
+};
+
+class Embedded {
+ public:
+  explicit Embedded(const EmbedOptions& o);  // throws (EalError, PortError, DataplaneError, std::runtime_error)
+  ~Embedded();
+  Embedded(const Embedded&) = delete;
+  Embedded& operator=(const Embedded&) = delete;
+
+  // One pass over every core loop: RX, transport, timers, TX. Returns work done.
+  uint32_t poll() noexcept { return dp_->poll_all(); }
+
+  Dataplane& dataplane() noexcept { return *dp_; }
+  dpdk::Port& port() noexcept { return *port_; }
+  config::PortFaults& faults() noexcept { return (*faults_)[0]; }
+  const netstack::GidTable& gids() const { return dp_->gids(0); }
+  wire::Gid gid(size_t index) const { return dp_->gids(0).at(index); }
+
+  uint32_t alloc_pd() noexcept { return dp_->alloc_pd(); }
+  void* alloc_dma(size_t len, uint64_t* iova = nullptr) { return dp_->alloc_dma(len, iova); }
+  void free_dma(void* p) noexcept { dp_->free_dma(p); }
+  int reg_mr(uint32_t pd, void* addr, uint64_t len, uint32_t access, uint32_t* key) {
+    return dp_->reg_mr(0, pd, addr, len, access, key);
+  }
+  int dereg_mr(uint32_t key) { return dp_->dereg_mr(0, key); }
+
+  // Creates CQs and a QP (RESET -> INIT) on the loop picked for it. Throws on failure.
+  QpHandle create_qp(uint32_t pd, const QpOptions& o);
+  // INIT -> RTR -> RTS towards the peer (MAC resolved when zero). 0 or errno.
+  int connect(QpHandle& qp, const QpPeer& peer);
+  int destroy_qp(QpHandle& qp);
+  int post_send(const QpHandle& qp, const verbs::SendWr& wr) noexcept { return qp.eng->post_send(qp.qpn, wr); }
+  int post_recv(const QpHandle& qp, const verbs::RecvWr& wr) noexcept { return qp.eng->post_recv(qp.qpn, wr); }
+  // Resolves a peer's MAC (ARP / ND), polling meanwhile. False after timeout_ms.
+  bool resolve(const wire::Gid& ip, wire::MacAddr& mac, uint32_t timeout_ms = 3000);
+
+ private:
+  std::unique_ptr<dpdk::Eal> eal_;
+  std::unique_ptr<dpdk::Port> port_;
+  std::unique_ptr<config::FaultTable> faults_;
+  std::unique_ptr<Dataplane> dp_;
+};
+
+}  // namespace droce::engine

@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# droced with its dataplane on net_af_packet at one end of a veth pair in a
+# namespace of its own; the kernel at the other end pings and arpings it.
+# Checks: ping/arping answered, counters and the ARP cache over droce-ctl,
+# `fault set` (rx drop 1.0) reaches the cores' injectors at run time, SIGTERM
+# stops it cleanly, and a second start right after works.
+#   droced_node.sh DROCED DROCE_CTL
+set -uo pipefail
+DROCED=$1
+CTL=$2
+ns=droce-d-$$
+T=$(mktemp -d /tmp/droced-node-XXXXXX)
+pid=
+fails=0
+passes=0
+cleanup() {
+  if [ -n "$pid" ]; then kill -KILL "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; fi
+  ip netns del "$ns" 2>/dev/null || true
+  rm -rf "$T"
+}
+trap cleanup EXIT INT TERM
+if ! ip netns add "$ns" 2>/dev/null; then echo "SKIP: cannot create network namespaces"; exit 77; fi
+in_ns() { ip netns exec "$ns" "$@"; }
+ip -n "$ns" link set lo up
+ip -n "$ns" link add vk type veth peer name vd
+in_ns sysctl -qw net.ipv6.conf.vd.disable_ipv6=1
+ip -n "$ns" link set vd up
+ip -n "$ns" addr add 10.30.0.1/24 dev vk
+ip -n "$ns" link set vk up
+SOCK=$T/ctl.sock
+cat >"$T/node.toml" <<EOF2
+[eal]
+args = ["--in-memory", "--no-pci", "--log-level=lib.eal:error"]
+lcores = "0,1"
+main_lcore = 0
+
+[[port]]
+name = "vd"
+device = "net_af_packet0,iface=vd"
+mac = "02:00:0a:1e:00:02"
+ipv4 = ["10.30.0.2/24"]
+dscp = 26
+
+[[core]]
+lcore = 1
+queues = [{ port = "vd", rx = 0 }]
+
+[roce]
+mr_memory_mb = 16
+
+[control]
+socket = "$SOCK"
+mode = "0600"
+
+[log]
+level = "info"
+EOF2
+check() {  # check NAME COMMAND...
+  if "${@:2}" >"$T/out" 2>&1; then echo "ok: $1"; passes=$((passes + 1)); else echo "FAIL: $1"; sed 's/^/    /' "$T/out"; fails=$((fails + 1)); fi
+}
+start() {
+  ip netns exec "$ns" timeout -k 5 60 "$DROCED" --config "$T/node.toml" >"$T/droced.log" 2>&1 &
+  pid=$!
+  for _ in $(seq 1 100); do
+    [ -S "$SOCK" ] && grep -q "running" "$T/droced.log" && return 0
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  cat "$T/droced.log"
+  return 1
+}
+check "droced starts with its dataplane" start
+ip -n "$ns" neigh flush dev vk
+check "ping 10.30.0.2 answered by droced" in_ns ping -c 3 -i 0.2 -W 2 10.30.0.2
+check "arping answered with the port's MAC" bash -c "ip netns exec $ns arping -c 2 -w 5 -I vk 10.30.0.2 | grep -qi 02:00:0a:1e:00:02"
+check "droce-ctl arp lists the kernel side" bash -c "'$CTL' -s '$SOCK' arp | grep -q 10.30.0.1"
+check "counters: ICMP received and answered" bash -c \
+  "'$CTL' -s '$SOCK' --json counters -g port | python3 -c 'import json,sys; d=json.load(sys.stdin); g=d[\"groups\"][0]; v=dict(zip(g[\"names\"], g[\"instances\"][0][\"values\"])); sys.exit(0 if v[\"rx_icmp\"] >= 3 and v[\"tx_icmp\"] >= 3 else 1)'"
+check "counters: core loop polling" bash -c "'$CTL' -s '$SOCK' counters -g core | grep -q polls"
+check "droce-ctl qps / mrs answer" bash -c "'$CTL' -s '$SOCK' --json qps && '$CTL' -s '$SOCK' --json mrs"
+check "fault set rx drop 1.0" "$CTL" -s "$SOCK" fault set -p vd -d rx --drop 1
+check "pings are dropped by the injector" bash -c "! ip netns exec $ns ping -c 2 -i 0.2 -W 1 10.30.0.2"
+check "fault drops counted" bash -c "'$CTL' -s '$SOCK' counters -g port -n | grep -q fault_rx_drop"
+check "fault set rx drop 0" "$CTL" -s "$SOCK" fault set -p vd -d rx --drop 0
+check "ping works again" in_ns ping -c 2 -i 0.2 -W 2 10.30.0.2
+kill -TERM "$pid"
+wait "$pid"; rc=$?
+pid=
+check "SIGTERM: clean exit" test "$rc" -eq 0
+check "SIGTERM: socket removed" test ! -e "$SOCK"
+check "second start right after" start
+check "ping after restart" in_ns ping -c 2 -i 0.2 -W 2 10.30.0.2
+check "shutdown over the socket" "$CTL" -s "$SOCK" shutdown
+wait "$pid"; rc=$?
+pid=
+check "shutdown: clean exit" test "$rc" -eq 0
+if [ "$fails" -ne 0 ]; then sed 's/^/  droced| /' "$T/droced.log"; fi
+echo "$passes passed, $fails failed"
+[ "$fails" -eq 0 ]
