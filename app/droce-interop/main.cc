@@ -196,6 +196,15 @@ bool is_pingpong_payload(const uint8_t* p, uint32_t size) {
   return true;
 }
 
+// The 40 bytes before a UD message: an IPv6 header (source GID at 8, destination at 24),
+// or for RoCEv2 over IPv4 the IPv4 header in the last 20 bytes (addresses at 32 and 36).
+bool grh_matches(const uint8_t* grh, const wire::Gid& src, const wire::Gid& dst) {
+  if (wire::gid_is_ipv4_mapped(src))
+    return (grh[20] >> 4) == 4 && std::memcmp(grh + 32, src.data() + 12, 4) == 0 &&
+           std::memcmp(grh + 36, dst.data() + 12, 4) == 0;
+  return (grh[0] >> 4) == 6 && std::memcmp(grh + 8, src.data(), 16) == 0 && std::memcmp(grh + 24, dst.data(), 16) == 0;
+}
+
 // ------------------------------------------------------------------ the run
 struct Run {
   engine::Embedded& node;
@@ -369,10 +378,7 @@ int run(engine::Embedded& node, const Opts& o) {
         } else {
           const uint8_t* data = r.rbuf + (type == QpType::UD ? verbs::kGrhBytes : 0);
           bool ok = wc[i].byte_len == r.rlen;
-          if (ok && type == QpType::UD) {  // the GRH: the peer's GID as source, ours as destination
-            ok = std::memcmp(r.rbuf + 8, peer.gid.data(), 16) == 0 && std::memcmp(r.rbuf + 24, mine.gid.data(), 16) == 0;
-            if (ok && wc[i].src_qp != peer.qpn) ok = false;
-          }
+          if (ok && type == QpType::UD) ok = grh_matches(r.rbuf, peer.gid, mine.gid) && wc[i].src_qp == peer.qpn;
           if (ok) {
             if (r.client) {
               ok = std::memcmp(data, r.sbuf, o.size) == 0;  // the pong echoes our last ping
