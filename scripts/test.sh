@@ -15,7 +15,9 @@ droce_hugepages
 
 PASSED=0
 FAILED=0
+SKIPPED=0
 FAILED_NAMES=()
+SKIPPED_NAMES=()
 add() {  # add NAME PASSED FAILED
   PASSED=$((PASSED + $2))
   FAILED=$((FAILED + $3))
@@ -45,7 +47,24 @@ if [ $quick -eq 0 ]; then
   if bash "$here/fuzz.sh" "${DROCE_FUZZ_SECONDS:-60}"; then add "fuzz (parser)" 1 0; else add "fuzz (parser)" 0 1; fi
 fi
 
+# Interoperability with Linux Soft-RoCE in QEMU guests (CI subset, scripts/interop.sh):
+# exit 77 = no guest could run here, counted as skipped (never as passed).
+echo "== interop (rxe guest, CI subset)"
+if [ "${DROCE_SKIP_INTEROP:-0}" = 1 ]; then
+  irc=77
+  echo "== interop: SKIPPED (DROCE_SKIP_INTEROP=1)"
+else
+  timeout -k 30 1200 bash "$here/interop.sh" --ci
+  irc=$?
+fi
+case $irc in
+  0) add "interop (rxe)" 1 0 ;;
+  77) SKIPPED=$((SKIPPED + 1)); SKIPPED_NAMES+=("interop (rxe)"); echo "== interop (rxe): SKIPPED" ;;
+  *) add "interop (rxe)" 0 1 ;;
+esac
+
 echo
 if ((${#FAILED_NAMES[@]})); then echo "failed: ${FAILED_NAMES[*]}"; fi
+if ((${#SKIPPED_NAMES[@]})); then echo "skipped ($SKIPPED): ${SKIPPED_NAMES[*]}"; fi
 echo "$PASSED passed, $FAILED failed"
 [ "$FAILED" -eq 0 ]
