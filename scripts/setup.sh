@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs what droce needs on Debian 12 (idempotent), reserves hugepages with
 # DPDK's own dpdk-hugepages.py and configures the builds. Sourced by demo.sh and
-# test.sh; safe to run by itself.
-set -euo pipefail
+# test.sh; safe to run by itself. Sourcing it leaves the caller's shell
+# options alone: test.sh must go on (and print its totals) after a failing suite.
 
 DROCE_PACKAGES=(
   meson ninja-build pkg-config g++ clang libclang-rt-14-dev python3
@@ -49,6 +49,7 @@ droce_build() {
 DROCE_ROOT=${DROCE_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
 
 if [ "${BASH_SOURCE[0]}" = "$0" ]; then
+  set -euo pipefail
   droce_install_packages
   droce_hugepages
   droce_build build --buildtype=release
