@@ -35,6 +35,7 @@ struct CompState {
 struct RespResource {
   uint8_t kind = 0;  // 0 none, 1 READ, 2 atomic
   bool active = false;  // still has response packets to send
+  bool replay = false;  // active only to answer a duplicate (the requester already had the original)
   uint32_t first_psn = 0, last_psn = 0;
   uint32_t rkey = 0;
   uint64_t va = 0;     // READ: address of the next byte to send

@@ -141,8 +141,14 @@ RespSt check_resource(Ctx& c) noexcept {
     if (c.op.flags & wire::kOpSend) q.resp.recv_off = 0;  // a new message starts at byte 0
   }
   if (c.op.flags & (wire::kOpRead | wire::kOpAtomic)) {
+    // The slot of the request max_dest_rd_atomic before this one. Still owing its
+    // original response: the requester has more outstanding than max_dest_rd_atomic.
+    // Only replaying it for a duplicate: the requester completed that request before
+    // it could send this one (max_rd_atomic <= max_dest_rd_atomic), so execute()
+    // retires it: the responder keeps the max_dest_rd_atomic newest READ/atomic
+    // resources (IBTA 9.7.5; rxe frees the oldest resource for each new one).
     const RespResource& slot = q.resp.res[q.resp.res_next % q.attr.max_dest_rd_atomic];
-    if (slot.active) return RespSt::ErrInvReq;  // more outstanding than max_dest_rd_atomic
+    if (slot.active && !slot.replay) return RespSt::ErrInvReq;  // more outstanding than max_dest_rd_atomic
   }
   return RespSt::CheckRkey;
 }
@@ -174,6 +180,18 @@ RespSt check_rkey(Ctx& c) noexcept {
 
 void queue_resource(Qp& q, uint32_t idx) noexcept {
   q.resp.emit_q[q.resp.emit_head++ % verbs::kMaxRdAtomic] = static_cast<uint8_t>(idx);
+}
+
+// Drop a resource's place in the send FIFO (it is being reused): its stale entry
+// must not send the new response ahead of older ones. At most kMaxRdAtomic entries.
+void unqueue_resource(Qp& q, uint32_t idx) noexcept {
+  RespState& r = q.resp;
+  uint32_t w = r.emit_tail;
+  for (uint32_t i = r.emit_tail; i != r.emit_head; ++i) {
+    const uint8_t v = r.emit_q[i % verbs::kMaxRdAtomic];
+    if (v != idx) r.emit_q[w++ % verbs::kMaxRdAtomic] = v;
+  }
+  r.emit_head = w;
 }
 
 RespSt execute(Ctx& c) noexcept {
@@ -208,6 +226,7 @@ RespSt execute(Ctx& c) noexcept {
   const uint32_t n = q.attr.max_dest_rd_atomic;
   const uint32_t idx = r.res_next++ % n;
   RespResource& res = r.res[idx];
+  if (res.active) unqueue_resource(q, idx);  // a replay the requester no longer needs (check_resource)
   res = RespResource{};
   res.first_psn = c.psn;
   res.cur_psn = c.psn;
@@ -314,7 +333,10 @@ RespSt duplicate(Ctx& c) noexcept {
       res.host = host;
       res.cur_psn = c.psn;
       res.active = true;
-      if (!queued) queue_resource(q, i);
+      if (!queued) {
+        res.replay = true;
+        queue_resource(q, i);
+      }
       c.e.count(Ctr::ReadReplayed);
       c.e.resp_ready(q);
       return RespSt::Done;
@@ -323,6 +345,7 @@ RespSt duplicate(Ctx& c) noexcept {
       // Answer from the replay cache; never execute twice.
       if (!res.active) {
         res.active = true;
+        res.replay = true;
         queue_resource(q, i);
       }
       c.e.count(Ctr::AtomicReplayed);

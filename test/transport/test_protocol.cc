@@ -730,3 +730,52 @@ TEST_CASE("protocol: ACK past an unanswered READ re-requests it", "[protocol]") 
   CHECK(wcs[1].wr_id == 2);
   CHECK(p.mem->mem[1500] == 0x3C);
 }
+
+TEST_CASE("protocol: new atomic reuses a resource busy only replaying a duplicate", "[protocol]") {
+  Proto p;  // max_dest_rd_atomic 4; the peer plays a requester with max_rd_atomic 4
+  const auto fa = [&](uint32_t psn) {
+    auto h = p.hdr(wire::op::RC_FETCH_ADD, psn);
+    h.ext.atomic = {p.mem->addr() + 64, p.mem->key, 1, 0};
+    return h;
+  };
+  uint64_t v = 0;
+  std::memcpy(p.mem->mem.data() + 64, &v, 8);
+  // Receive FETCH_ADD(+1) at PSNs 1000..1003. Expect four ATOMIC_ACKs (0, 1, 2, 3).
+  for (uint32_t i = 0; i < 4; ++i) p.send(fa(kRqPsn + i));
+  auto out = p.run();
+  REQUIRE(out.size() == 4);
+  // The peer's ACK timer fires before those ACKs arrive: it resends 1000..1003 (go back N).
+  // Then the ACK of 1000 arrives, completing it, so it may send 1004 (4 outstanding again).
+  // All five reach the DUT before it sends anything: 1004 takes 1000's resource, whose
+  // replay the peer no longer needs. Expect no NAK; replays of 1001..1003 then 1004, in PSN order.
+  for (uint32_t i = 0; i < 5; ++i) p.send(fa(kRqPsn + i));
+  out = p.run();
+  std::vector<uint32_t> psns;
+  std::vector<uint64_t> origs;
+  for (auto& f : out) {
+    REQUIRE(f.v.h.bth.opcode == wire::op::RC_ATOMIC_ACKNOWLEDGE);  // no NAK invalid request
+    psns.push_back(f.v.h.bth.psn);
+    origs.push_back(f.v.h.ext.atomic_orig);
+  }
+  CHECK(psns == std::vector<uint32_t>{kRqPsn + 1, kRqPsn + 2, kRqPsn + 3, kRqPsn + 4});
+  CHECK(origs == std::vector<uint64_t>{1, 2, 3, 4});
+  CHECK(p.q().state == QpState::Rts);
+  std::memcpy(&v, p.mem->mem.data() + 64, 8);
+  CHECK(v == 5);  // each executed once
+  CHECK(p.dut.eng->counter(Ctr::AtomicExecuted) == 5);
+  CHECK(p.dut.eng->counter(Ctr::AtomicReplayed) == 4);
+  // Duplicates of 1001..1004 are still answered from the cache (1000's result is gone).
+  for (uint32_t i = 1; i < 5; ++i) p.send(fa(kRqPsn + i));
+  out = p.run();
+  REQUIRE(out.size() == 4);
+  for (uint32_t i = 0; i < 4; ++i) CHECK(out[i].v.h.ext.atomic_orig == i + 1);
+  // Five new requests in one burst: the fifth finds the first's original response
+  // still unsent, a requester breaking max_dest_rd_atomic: NAK invalid request.
+  for (uint32_t i = 5; i < 10; ++i) p.send(fa(kRqPsn + i));
+  out = p.run();
+  REQUIRE(!out.empty());
+  CHECK(out.back().v.h.bth.opcode == wire::op::RC_ACKNOWLEDGE);
+  CHECK(out.back().v.h.ext.aeth.syndrome == (wire::kAethNak | wire::kNakInvalidRequest));
+  CHECK(out.back().v.h.bth.psn == kRqPsn + 9);
+  CHECK(p.q().state == QpState::Err);
+}
