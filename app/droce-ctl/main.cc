@@ -19,11 +19,11 @@ using droce::control::json;
 int main(int argc, char** argv) {
   CLI::App app{"droce-ctl: inspect and steer a running droced"};
   app.require_subcommand(1);
-  const char* env = std::getenv("DROCE_SOCKET");
+  const char* env = std::getenv("DROCE_CTL_SOCKET");
   std::string socket = env != nullptr ? env : "/run/droce/droced.sock";
   bool as_json = false;
   int timeout_ms = 5000;
-  app.add_option("-s,--socket", socket, "control socket (default: $DROCE_SOCKET or /run/droce/droced.sock)");
+  app.add_option("-s,--socket", socket, "control socket (default: $DROCE_CTL_SOCKET or /run/droce/droced.sock)");
   app.add_flag("-j,--json", as_json, "print the JSON result instead of a table");
   app.add_option("--timeout", timeout_ms, "milliseconds to wait for an answer")->check(CLI::Range(1, 600000));
 
