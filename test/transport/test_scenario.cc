@@ -1,6 +1,6 @@
 // Scenario tests over memlink: every operation of every service type, for
 // path MTUs 256/1024/4096 and message sizes 0, 1, MTU-1, MTU, MTU+1, 64 KiB
-// (16 MiB for one RC WRITE). Each case checks the bytes that land, the
+// (16 MiB for every multi-packet RC and UC operation at MTU 4096). Each case checks the bytes that land, the
 // completions (order, status, opcode, byte_len, imm) and the packets on the
 // link (opcodes, PSNs, payload lengths, ACK syndromes).
 #include <sys/mman.h>
@@ -89,7 +89,14 @@ void check_wire(memlink::Link& link, QpType t, WrOpcode op, uint32_t len, uint32
   }
 }
 
-std::vector<uint32_t> sizes_for(uint32_t mtu) { return {0, 1, mtu - 1, mtu, mtu + 1, 65536}; }
+// 16 MiB (4096 packets) at MTU 4096 only, so every multi-packet operation of
+// RC and UC moves a 16 MiB message once without making the suite slow.
+constexpr uint32_t kBig = 16u << 20;
+std::vector<uint32_t> sizes_for(uint32_t mtu) {
+  std::vector<uint32_t> v{0, 1, mtu - 1, mtu, mtu + 1, 65536};
+  if (mtu == 4096) v.push_back(kBig);
+  return v;
+}
 
 void run_type_mtu(QpType t, Mtu m, WrOpcode op) {
   const uint32_t mtu = mtu_bytes(m);
@@ -101,12 +108,13 @@ void run_type_mtu(QpType t, Mtu m, WrOpcode op) {
   auto [qa, qb] = w.connect(0, 1, t, o);
   Node& A = *w.node[0];
   Node& B = *w.node[1];
-  auto& src = A.buffer(70000);
-  auto& dst = B.buffer(70000 + 64);
+  const uint32_t cap = mtu == 4096 ? kBig + 4464 : 70000;
+  auto& src = A.buffer(cap);
+  auto& dst = B.buffer(cap + 64);
   uint32_t psn = o.sq_psn;
   uint64_t id = 1;
   for (uint32_t len : sizes_for(mtu)) {
-    if (t == QpType::UD && len + kGrhBytes > 70000) continue;
+    if (t == QpType::UD && len + kGrhBytes > cap) continue;
     if (t == QpType::UD && len > mtu) continue;  // UD messages are one packet
     if ((op == WrOpcode::AtomicCmpSwp || op == WrOpcode::AtomicFetchAdd) && len != 1) continue;
     INFO("type " << int(t) << " mtu " << mtu << " op " << int(op) << " len " << len);
