@@ -143,6 +143,7 @@ FAILS=0
 # run_one TEST DIRECTION MTU LOSS SIZE ITERS
 #   DIRECTION: d2r (droce client -> rxe server) | r2d (rxe client -> droce server)
 #   LOSS: 0 | droce:P (droce drops P of its received and sent frames) | rxe:P (netem in the guest, percent)
+#         | rnr:MS (droce keeps one receive posted and reposts it MS ms late: the peer meets RNR NAKs)
 run_one() {
   local test=$1 dir=$2 mtu=$3 loss=$4 size=$5 iters=$6
   [[ -z "${INTEROP_ONLY:-}" || "$test" == $INTEROP_ONLY ]] || return 0
@@ -157,6 +158,7 @@ run_one() {
   [ "$loss" = 0 ] || tmo=$((tmo * 3))
   case $loss in
     droce:*) dargs+=(--fault-drop "${loss#droce:}" --fault-tx-drop "${loss#droce:}") ;;
+    rnr:*) dargs+=(--lazy-recv "${loss#rnr:}") ;;
     rxe:*) rx 30 exec "$G1" --timeout 20 -- tc qdisc replace dev eth0 root netem loss "${loss#rxe:}%" >/dev/null ;;
   esac
   echo "== $test $dir MTU $mtu loss $loss size $size iters $iters"
@@ -191,8 +193,8 @@ run_one() {
   local dfig gfig retx
   dfig=$(sed -n 's/.*usec_per_iter=\([0-9.]*\) mbit=\([0-9.]*\).*/\1 us\/iter \2 Mb\/s/p' "$dlog" | tail -1)
   gfig=$(sed -n 's/.*iters in .* = \([0-9.]*\) usec\/iter.*/\1/p' "$glog" | tail -1)
-  retx=$(grep -o "req_retransmits=[0-9]*\|dup_request=[0-9]*\|seq_nak_sent=[0-9]*\|seq_nak_received=[0-9]*" "$dlog" |
-         sed 's/req_retransmits/retx/;s/dup_request/dup/;s/seq_nak_sent/naks/;s/seq_nak_received/nakr/' | tr '\n' ' ')
+  retx=$(grep -o "req_retransmits=[0-9]*\|dup_request=[0-9]*\|seq_nak_sent=[0-9]*\|seq_nak_received=[0-9]*\|rnr_nak_sent=[0-9]*\|rnr_nak_received=[0-9]*" "$dlog" |
+         sed 's/req_retransmits/retx/;s/dup_request/dup/;s/seq_nak_sent/naks/;s/seq_nak_received/nakr/;s/rnr_nak_sent/rnrs/;s/rnr_nak_received/rnrr/' | tr '\n' ' ')
   local res=PASS
   if [ "$drc" -ne 0 ] || [ "$grc" -ne 0 ] || ! grep -q "result=PASS" "$dlog" || [ "$bad" != 0 ] || [ "$mal" != 0 ] || [ "$n" -eq 0 ]; then
     res=FAIL
@@ -218,6 +220,8 @@ if [ $mode = ci ]; then
   run_one ud_pingpong r2d 1024 0 512 200
   run_one rc_pingpong d2r 1024 droce:0.01 4096 200
   run_one rc_pingpong r2d 1024 rxe:1 4096 200
+  run_one rc_pingpong d2r 1024 rnr:5 4096 100
+  run_one rc_pingpong r2d 1024 rnr:5 4096 100
 else
   for t in rc_pingpong uc_pingpong; do
     for s in 1 4096 65536; do
@@ -233,6 +237,8 @@ else
     run_one rc_pingpong d2r 1024 $l 65536 200
     run_one rc_pingpong r2d 1024 $l 65536 200
   done
+  run_one rc_pingpong d2r 1024 rnr:5 65536 200
+  run_one rc_pingpong r2d 1024 rnr:20 4096 200
   boot_guest "$G1" "$G1_IP" 9000
   run_one rc_pingpong d2r 4096 0 65536 300
   run_one rc_pingpong r2d 4096 0 65536 300
