@@ -233,11 +233,15 @@ if [ $mode = ci ]; then
   run_one rc_pingpong d2r 1024 ipv6 4096 100
   run_one rc_pingpong r2d 1024 ipv6 4096 100
 else
-  for t in rc_pingpong uc_pingpong; do
-    for s in 1 4096 65536; do
-      run_one $t d2r 1024 0 $s 500
-      run_one $t r2d 1024 0 $s 500
-    done
+  for s in 1 4096 65536; do
+    run_one rc_pingpong d2r 1024 0 $s 500
+    run_one rc_pingpong r2d 1024 0 $s 500
+  done
+  # UC has no recovery: a frame the TCG guest drops loses the message and stalls the pingpong.
+  # 64-packet bursts (64 KiB) lost frames between the bridge and rxe in 1 of ~370 messages.
+  for s in 1 4096 16384; do
+    run_one uc_pingpong d2r 1024 0 $s 500
+    run_one uc_pingpong r2d 1024 0 $s 500
   done
   for s in 2 512 1024; do
     run_one ud_pingpong d2r 1024 0 $s 500
