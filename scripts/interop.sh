@@ -141,9 +141,18 @@ check_capture() {
   [ -n "$bad" ] || bad=$([ "$n" -eq 0 ] && echo 0 || echo "?")
   # UDP checksum 0 over IPv6 is flagged as an error by Wireshark (RFC 8200 8.1); rxe sends the
   # same (the ICRC covers the packet), so it is reported apart, not as malformed.
-  # Wireshark's RPC-over-RDMA heuristic throws "Malformed" on short SEND payloads such as the
-  # pingpong's 0x7b bytes whoever sends them (a synthetic 1..5-byte SEND ONLY shows it): not RoCE.
-  mal=$(tshark --disable-protocol rpcordma -r "$mine" -Y "_ws.malformed || !infiniband || (_ws.expert.severity >= error && !(ipv6 && udp.checksum == 0))" 2>/dev/null | wc -l)
+  # Wireshark tries heuristic upper-layer dissectors (RPC-over-RDMA, Ethertype/CRTP, SMB Direct, ...)
+  # on every SEND payload and marks short or random payloads "Malformed" whoever sends them (a
+  # synthetic 1-byte RC SEND of the pingpong's 0x7b bytes is flagged): those say nothing about
+  # RoCE, so they are turned off; the InfiniBand/RoCE dissector itself stays fully checked.
+  local heur=(rpcrdma_infiniband smb_direct_infiniband smcr_infiniband iser_infiniband lnet_ib sdp_infiniband
+              fc_infiniband eth_over_ib) topt=() h out
+  for h in "${heur[@]}"; do topt+=(--disable-heuristic "$h"); done
+  if out=$(tshark "${topt[@]}" -r "$mine" -Y "_ws.malformed || !infiniband || (_ws.expert.severity >= error && !(ipv6 && udp.checksum == 0))" 2>/dev/null); then
+    mal=$(printf '%s' "$out" | grep -c .)
+  else
+    mal="?"  # this tshark does not know one of the heuristic names: fail loudly rather than pass
+  fi
   echo "$n/$bad/$mal"
 }
 
