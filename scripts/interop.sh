@@ -15,7 +15,7 @@
 # the guest cannot boot): scripts/test.sh counts 77 as skipped, never as passed.
 # Environment: RXEPEER (path of the rxepeer CLI), RXEPEER_NS (namespace, default rxepeer),
 #   INTEROP_IFACE (veth name, default dpdk0), INTEROP_OUT (captures, default build/interop),
-#   INTEROP_ONLY (a glob: run only the matching tests, e.g. 'ud_*').
+#   INTEROP_ONLY (a glob: run only the matching tests, e.g. 'ud_*'), INTEROP_MTU (only runs at this MTU).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
@@ -173,7 +173,7 @@ run_one() {
   [ "$test" = ud_pingpong ] || gargs+=(-m "$mtu" -c)
   [ "$test" = ud_pingpong ] && gargs+=(-c)
   local dev="net_af_packet0,iface=$IFACE"
-  [ "$mtu" -gt 1024 ] && dev="$dev,framesz=16384,blocksz=16384"
+  [ "$mtu" -gt 1024 ] && dev="$dev,framesz=8192,blocksz=8192"
   local tmo=$((60 + iters / 5))
   [ "$loss" = 0 ] || tmo=$((tmo * 3))
   case $loss in
@@ -245,6 +245,7 @@ guest_ok() {
 # once; the row says so. A failure with a healthy guest stays a failure.
 run_case() {
   [[ -z "${INTEROP_ONLY:-}" || "$1" == $INTEROP_ONLY ]] || return 0
+  [[ -z "${INTEROP_MTU:-}" || "$3" == "$INTEROP_MTU" ]] || return 0
   if ! guest_ok; then
     echo "== guest $G1 does not answer ping: rebooting it"
     boot_guest "$G1" "$G1_IP" "$CUR_MTU"

@@ -488,6 +488,10 @@ int main(int argc, char** argv) {
       if (!m) throw std::runtime_error("--mac: bad MAC " + o.mac);
       e.mac = *m;
     }
+    if (o.mtu > 1024) {  // IB MTU 2048/4096: frames up to ~4.2 KB (af_packet also needs framesz=8192)
+      e.data_room = 8192 + 128;
+      e.mbufs = 4095;
+    }
     e.engine.max_qps = 16;
     e.engine.max_mrs = 16;
     e.engine.timer_scan_ns = 20'000;
