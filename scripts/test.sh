@@ -2,7 +2,9 @@
 # Runs every droce test on this machine (Debian 12, as root): installs what is
 # missing, reserves hugepages, builds release and sanitizer (ASan+UBSan) builds,
 # runs the unit/protocol/golden suites in both, the parser fuzzer for a bounded
-# time, and the integration suites. Ends with one line: "N passed, N failed".
+# time, the integration suites, and the interop CI subset against Linux Soft-RoCE
+# in QEMU guests (scripts/interop.sh --ci; counted as skipped when no guest can
+# run here, DROCE_SKIP_INTEROP=1 skips it). Ends with one line: "N passed, N failed".
 #   scripts/test.sh [--quick]     --quick: release build only, no fuzzing
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)

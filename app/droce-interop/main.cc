@@ -34,6 +34,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -59,6 +60,8 @@ struct Opts {
   double timeout = 60;  // whole run, seconds
   double f_drop_rx = 0, f_drop_tx = 0;
   uint8_t qp_timeout = 14;
+  uint32_t lazy_recv_ms = 0;  // >0: one receive at a time, reposted this long after it completed (RNR test)
+  uint8_t min_rnr_timer = 12;
 };
 
 constexpr uint32_t kPage = 4096;
@@ -291,6 +294,7 @@ int run(engine::Embedded& node, const Opts& o) {
   qo.psn = static_cast<uint32_t>(mix(static_cast<uint64_t>(getpid()) ^ static_cast<uint64_t>(time(nullptr)))) & 0xFFFFFF;
   qo.qkey = kQkey;
   qo.timeout = o.qp_timeout;
+  qo.min_rnr_timer = o.min_rnr_timer;
   r.qp = node.create_qp(pd, qo);
   r.rlen = o.size + (type == QpType::UD ? verbs::kGrhBytes : 0);
   const size_t bytes = size_t{o.size} + r.rlen + 128;
@@ -301,8 +305,9 @@ int run(engine::Embedded& node, const Opts& o) {
   r.rbuf = mem + ((o.size + 63) & ~63u);
   if (int rc = node.reg_mr(pd, mem, bytes, verbs::kAccessLocalWrite, &r.key))
     throw std::runtime_error("reg_mr: errno " + std::to_string(rc));
-  r.routs = post_recvs(r, o.rx_depth);
-  if (r.routs < o.rx_depth) throw std::runtime_error("could not post " + std::to_string(o.rx_depth) + " receives");
+  const uint32_t depth = o.lazy_recv_ms ? 1 : o.rx_depth;
+  r.routs = post_recvs(r, depth);
+  if (r.routs < depth) throw std::runtime_error("could not post " + std::to_string(o.rx_depth) + " receives");
 
   Dest mine;
   mine.qpn = r.qp.qpn;
@@ -322,7 +327,9 @@ int run(engine::Embedded& node, const Opts& o) {
     r.rqpn = d.qpn;
     r.ah.dgid = d.gid;
     r.ah.dmac = pp.mac;
-    r.ah.hop_limit = 1;  // as the pingpong programs set in their address vector
+    // The pingpong programs ask for hop limit 1, but Linux (ib_core, RoCEv2) replaces an AH's hop
+    // limit by the route's (64): rxe sends TTL 64. Do as Linux does on the wire.
+    r.ah.hop_limit = 64;
   };
   Dest peer;
   const std::string my_msg = format_dest(mine);
@@ -362,6 +369,7 @@ int run(engine::Embedded& node, const Opts& o) {
   verbs::Wc wc[16];
   bool failed = false;
   uint32_t spins = 0;
+  std::optional<Clock::time_point> repost_at;
   while ((rcnt < o.iters || scnt < o.iters) && !failed) {
     node.poll();
     for (verbs::Cq* cq : {r.qp.scq, r.qp.rcq}) {
@@ -389,7 +397,9 @@ int run(engine::Embedded& node, const Opts& o) {
           }
           if (ok) ++r.verified;
           else if (r.bad++ < 5) std::fprintf(stderr, "iteration %u: received data/length (%u) not as expected\n", rcnt, wc[i].byte_len);
-          if (--r.routs <= 1) r.routs += post_recvs(r, o.rx_depth - r.routs);
+          --r.routs;
+          if (o.lazy_recv_ms) repost_at = Clock::now() + std::chrono::milliseconds(o.lazy_recv_ms);
+          else if (r.routs <= 1) r.routs += post_recvs(r, o.rx_depth - r.routs);
           ++rcnt;
         }
         pending &= ~wc[i].wr_id;
@@ -403,6 +413,10 @@ int run(engine::Embedded& node, const Opts& o) {
           pending = kRecvWrid | kSendWrid;
         }
       }
+    }
+    if (repost_at && Clock::now() >= *repost_at) {  // lazy receives: the peer meets RNR NAKs meanwhile
+      r.routs += post_recvs(r, 1);
+      repost_at.reset();
     }
     if ((++spins & 1023) == 0 && Clock::now() > deadline) {
       std::fprintf(stderr, "timeout: %u of %u sends and %u of %u receives completed\n", scnt, o.iters, rcnt, o.iters);
@@ -453,6 +467,8 @@ int main(int argc, char** argv) {
   app.add_option("-g,--gid-idx", o.gid_index, "local GID index (1 = first IPv4 address, as rxe)");
   app.add_option("--timeout", o.timeout, "give up after this many seconds (default 60)")->check(CLI::Range(1.0, 3600.0));
   app.add_option("--qp-timeout", o.qp_timeout, "local ACK timeout exponent")->check(CLI::Range(1, 31));
+  app.add_option("--lazy-recv", o.lazy_recv_ms, "keep one receive posted, repost it MS after it completed (RNR NAKs)");
+  app.add_option("--min-rnr-timer", o.min_rnr_timer, "RNR NAK timer code this side asks for (IBTA table 45)")->check(CLI::Range(0, 31));
   app.add_option("--fault-drop", o.f_drop_rx, "drop this fraction of received frames")->check(CLI::Range(0.0, 1.0));
   app.add_option("--fault-tx-drop", o.f_drop_tx, "drop this fraction of sent frames")->check(CLI::Range(0.0, 1.0));
   app.footer("EAL arguments after --. Exit status 0 when every exchange completed with its data verified.");
@@ -471,6 +487,10 @@ int main(int argc, char** argv) {
       auto m = dpdk::parse_mac(o.mac);
       if (!m) throw std::runtime_error("--mac: bad MAC " + o.mac);
       e.mac = *m;
+    }
+    if (o.mtu > 1024) {  // IB MTU 2048/4096: frames up to ~4.2 KB (af_packet also needs framesz=8192)
+      e.data_room = 8192 + 128;
+      e.mbufs = 4095;
     }
     e.engine.max_qps = 16;
     e.engine.max_mrs = 16;

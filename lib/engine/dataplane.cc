@@ -494,6 +494,13 @@ Dataplane::Dataplane(DataplaneConfig cfg) : cfg_(std::move(cfg)) {
       transport::EngineConfig ec = cfg_.engine;
       ec.mac = spec.port->mac();
       ec.gid = ps.gids.size() > 1 ? ps.gids.at(1) : ps.gids.at(0);
+      for (size_t gi = 0; gi < ps.gids.size(); ++gi) {  // IPv6 sources by destination scope
+        const wire::Gid& g = ps.gids.at(gi);
+        if (wire::gid_is_ipv4_mapped(g)) continue;
+        const bool ll = g[0] == 0xFE && (g[1] & 0xC0) == 0x80;
+        wire::Gid& slot = ll ? ec.gid6_link_local : ec.gid6_global;
+        if (slot == wire::Gid{}) slot = g;
+      }
       ec.ecn = spec.ecn;
       ec.qpn_stride = static_cast<uint32_t>(ps.cores.size());
       ec.qpn_offset = s.index;

@@ -18,6 +18,7 @@ Embedded::Embedded(const EmbedOptions& o) {
   pc.mbufs = o.mbufs ? o.mbufs : 8191u * o.queues;
   pc.mbuf_cache = 256;
   pc.mtu = o.mtu;
+  pc.data_room = o.data_room;
   pc.mac = o.mac;
   port_ = std::make_unique<dpdk::Port>(pc);
 

@@ -43,6 +43,7 @@ struct EmbedOptions {
   std::optional<wire::MacAddr> mac;
   uint16_t mtu = 0;                    // 0: leave the device's MTU
   uint32_t mbufs = 0;                  // pool size, 0: default
+  uint16_t data_room = 0;              // mbuf data room incl. headroom, 0: from the device MTU
   uint8_t dscp = 0;
   bool ecn = true;
   transport::EngineConfig engine;      // max_qps, max_mrs, ...

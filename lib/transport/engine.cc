@@ -186,6 +186,15 @@ int Engine::destroy_qp(uint32_t qpn) {
   return 0;
 }
 
+const wire::Gid& Engine::source_gid(const wire::Gid& dst) const noexcept {
+  if (wire::gid_is_ipv4_mapped(dst)) return cfg_.gid;
+  static constexpr wire::Gid kZero{};
+  const bool link_local = dst[0] == 0xFE && (dst[1] & 0xC0) == 0x80;
+  if (!link_local && cfg_.gid6_global != kZero) return cfg_.gid6_global;
+  if (cfg_.gid6_link_local != kZero) return cfg_.gid6_link_local;
+  return cfg_.gid6_global != kZero ? cfg_.gid6_global : cfg_.gid;
+}
+
 void Engine::build_template(Qp& q) noexcept {
   wire::Headers& h = q.hdr;
   h = wire::Headers{};
@@ -195,7 +204,7 @@ void Engine::build_template(Qp& q) noexcept {
   h.l2.vlan = ah.vlan;
   h.l2.vlan_tci = ah.vlan_tci;
   h.l3.ipv6 = !wire::gid_is_ipv4_mapped(ah.dgid);
-  h.l3.src = cfg_.gid;
+  h.l3.src = source_gid(ah.dgid);
   h.l3.dst = ah.dgid;
   h.l3.tos = static_cast<uint8_t>((ah.traffic_class & ~wire::kEcnMask) | (cfg_.ecn ? wire::kEcnEct0 : 0));
   h.l3.ttl = ah.hop_limit;

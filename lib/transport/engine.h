@@ -67,7 +67,13 @@ const char* ctr_name(Ctr c) noexcept;
 
 struct EngineConfig {
   wire::MacAddr mac{};
-  wire::Gid gid{};
+  wire::Gid gid{};  // source address (usually IPv4-mapped, GID index 1 as rxe)
+  // Source addresses for IPv6 destinations: a packet never carries an IPv4-mapped
+  // source with an IPv6 destination (a peer such as rxe matches the source against
+  // the QP's address and drops it). fe80::/10 destinations get gid6_link_local,
+  // others gid6_global (else the link-local one); zero: fall back to `gid`.
+  wire::Gid gid6_link_local{};
+  wire::Gid gid6_global{};
   uint32_t max_qps = 1024;  // QPNs 2 .. max_qps-1
   // QPN partition (several engines, one per core, sharing a port): this engine
   // hands out only QPNs with qpn % qpn_stride == qpn_offset.
@@ -132,6 +138,8 @@ class Engine {
   }
   Qp* qp(uint32_t qpn) noexcept { return qpn < qps_.size() ? qps_[qpn].get() : nullptr; }
   const EngineConfig& config() const noexcept { return cfg_; }
+  // The source address for packets to `dst` (same family; link-local for link-local). O(1).
+  const wire::Gid& source_gid(const wire::Gid& dst) const noexcept;
   uint64_t now() const noexcept { return now_; }
 
   // ---- used by requester/responder/completer (engine thread only) ----

@@ -66,7 +66,7 @@ bool build_packet(Engine& e, Qp& q, SendWqe& w, bool* last_of_wqe) noexcept {
     h.l2.vlan = w.ah.vlan;
     h.l2.vlan_tci = w.ah.vlan_tci;
     h.l3.ipv6 = !wire::gid_is_ipv4_mapped(w.ah.dgid);
-    h.l3.src = q.hdr.l3.src;
+    h.l3.src = e.source_gid(w.ah.dgid);
     h.l3.dst = w.ah.dgid;
     h.l3.tos = static_cast<uint8_t>((w.ah.traffic_class & ~wire::kEcnMask) | (e.config().ecn ? wire::kEcnEct0 : 0));
     h.l3.ttl = w.ah.hop_limit;
