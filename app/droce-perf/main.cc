@@ -658,6 +658,10 @@ Params params_from(const Opts& o) {
     throw std::runtime_error("-c UC does not support READ or atomics");
   p.qps = p.lat ? 1 : o.qps;
   p.depth = p.lat ? 2 : o.depth;
+  // READs and atomics beyond the responder's resources (max_dest_rd_atomic 16)
+  // only wait in the send queue; keeping more outstanding just makes a slow
+  // link's ACK timer fire on requests the responder has not started.
+  if ((p.verb == Verb::Read || p.verb == Verb::Atomic) && p.depth > verbs::kMaxRdAtomic) p.depth = verbs::kMaxRdAtomic;
   if (p.depth < 2) p.depth = 2;
   p.mtu = o.mtu;
   p.atomic_op = o.atomic_op;
