@@ -282,7 +282,7 @@ void connect_side(Side& s, engine::Embedded& node, const QpMsg& peer) {
     // Resolve the MAC by ARP / ND like a host would (the exchanged MAC is only checked).
     wire::MacAddr told{};
     std::memcpy(told.data(), peer.q[i].mac, 6);
-    if (!node.resolve(pp.gid, pp.mac, 3000)) throw std::runtime_error("cannot resolve the peer " + netstack::gid_to_string(pp.gid));
+    if (!node.resolve(pp.gid, pp.mac, 10000)) throw std::runtime_error("cannot resolve the peer " + netstack::gid_to_string(pp.gid));
     if (pp.mac != told) spdlog::warn("ARP says the peer is at a different MAC than it told us");
     if (int rc = node.connect(s.q[i].h, pp)) throw std::runtime_error("connect QP: errno " + std::to_string(rc));
     s.q[i].rkey = peer.q[i].rkey;
