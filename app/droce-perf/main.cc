@@ -661,7 +661,7 @@ Params params_from(const Opts& o) {
   // READs and atomics beyond the responder's resources (max_dest_rd_atomic 16)
   // only wait in the send queue; keeping more outstanding just makes a slow
   // link's ACK timer fire on requests the responder has not started.
-  if ((p.verb == Verb::Read || p.verb == Verb::Atomic) && p.depth > verbs::kMaxRdAtomic) p.depth = verbs::kMaxRdAtomic;
+  if (p.verb == Verb::Read && p.depth > verbs::kMaxRdAtomic) p.depth = verbs::kMaxRdAtomic;
   if (p.depth < 2) p.depth = 2;
   p.mtu = o.mtu;
   p.atomic_op = o.atomic_op;
