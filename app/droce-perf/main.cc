@@ -282,7 +282,7 @@ void connect_side(Side& s, engine::Embedded& node, const QpMsg& peer) {
     // Resolve the MAC by ARP / ND like a host would (the exchanged MAC is only checked).
     wire::MacAddr told{};
     std::memcpy(told.data(), peer.q[i].mac, 6);
-    if (!node.resolve(pp.gid, pp.mac, 3000)) throw std::runtime_error("cannot resolve the peer " + netstack::gid_to_string(pp.gid));
+    if (!node.resolve(pp.gid, pp.mac, 10000)) throw std::runtime_error("cannot resolve the peer " + netstack::gid_to_string(pp.gid));
     if (pp.mac != told) spdlog::warn("ARP says the peer is at a different MAC than it told us");
     if (int rc = node.connect(s.q[i].h, pp)) throw std::runtime_error("connect QP: errno " + std::to_string(rc));
     s.q[i].rkey = peer.q[i].rkey;
@@ -658,6 +658,10 @@ Params params_from(const Opts& o) {
     throw std::runtime_error("-c UC does not support READ or atomics");
   p.qps = p.lat ? 1 : o.qps;
   p.depth = p.lat ? 2 : o.depth;
+  // READs and atomics beyond the responder's resources (max_dest_rd_atomic 16)
+  // only wait in the send queue; keeping more outstanding just makes a slow
+  // link's ACK timer fire on requests the responder has not started.
+  if (p.verb == Verb::Read && p.depth > verbs::kMaxRdAtomic) p.depth = verbs::kMaxRdAtomic;
   if (p.depth < 2) p.depth = 2;
   p.mtu = o.mtu;
   p.atomic_op = o.atomic_op;

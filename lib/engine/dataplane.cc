@@ -827,7 +827,8 @@ bool Dataplane::resolve(uint32_t p, const wire::Gid& ip, wire::MacAddr& mac, Ms 
         mac = st->mac;
         return true;
       }
-      if (st->r == R::Failed) return false;
+      // Failed: the cache holds the failure for a while, then asks again; keep
+      // trying until our own deadline (links that come up late, lost frames).
     }
     if (running_) {
       std::this_thread::sleep_for(std::chrono::microseconds(200));

@@ -21,9 +21,13 @@ Embedded::Embedded(const EmbedOptions& o) {
   pc.data_room = o.data_room;
   pc.mac = o.mac;
   port_ = std::make_unique<dpdk::Port>(pc);
+  // memif and real NICs bring the link up asynchronously; ARP before that is lost.
+  port_->wait_link_up(o.link_wait_ms);
 
   netstack::HostConfig hc;
   hc.mac = port_->mac();
+  hc.neigh.retry_ns = 200'000'000;        // an application waiting on resolve(): ask again soon
+  hc.neigh.failed_hold_ns = 500'000'000;
   for (const auto& s : o.ipv4) {
     auto g = netstack::parse_ip(s);
     if (!g || !wire::gid_is_ipv4_mapped(*g)) throw std::runtime_error("embedded droce: not an IPv4 address: " + s);

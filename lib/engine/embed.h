@@ -48,6 +48,7 @@ struct EmbedOptions {
   bool ecn = true;
   transport::EngineConfig engine;      // max_qps, max_mrs, ...
   stats::Registry* registry = nullptr;
+  uint32_t link_wait_ms = 3000;        // wait this long for the link to come up
 };
 
 struct QpPeer {  // what two sides exchange out of band (as perftest does)

@@ -43,23 +43,35 @@ IFS=';' read -ra list <<<"$runs"
 for run in "${list[@]}"; do
   read -ra args <<<"$run"
   port=$((port + 1))
-  # shellcheck disable=SC2086
-  ip netns exec "$ns" timeout -k 5 60 "$perf" "${args[@]}" -p "$port" --device "net_af_packet0,iface=vb$qp" \
-    --ip 10.20.0.2 --mac 02:00:0a:14:00:02 --queues "$queues" --qp-timeout 12 $faults -- --lcores=0@1 "${EAL[@]}" \
-    >"$tmp/server.log" 2>&1 &
-  spid=$!
-  pids=("$spid")
-  # Wait for the server (this also keeps the two pids apart: af_packet derives
-  # its fanout group from pid ^ ifindex, and a clash fails the probe).
-  for _ in $(seq 1 100); do
-    grep -q 'waiting for the client' "$tmp/server.log" 2>/dev/null && break
-    kill -0 "$spid" 2>/dev/null || break
-    sleep 0.1
+  # net_af_packet derives its PACKET_FANOUT group id from pid ^ ifindex; two
+  # processes whose ids clash cannot both probe ("Operation not permitted").
+  # A restart gets a new pid: try up to 3 times on that error.
+  for attempt in 1 2 3; do
+    # shellcheck disable=SC2086
+    ip netns exec "$ns" timeout -k 5 60 "$perf" "${args[@]}" -p "$port" --device "net_af_packet0,iface=vb$qp" \
+      --ip 10.20.0.2 --mac 02:00:0a:14:00:02 --queues "$queues" --qp-timeout 12 $faults -- --lcores=0@1 "${EAL[@]}" \
+      >"$tmp/server.log" 2>&1 &
+    spid=$!
+    pids=("$spid")
+    for _ in $(seq 1 100); do
+      grep -q 'waiting for the client' "$tmp/server.log" 2>/dev/null && break
+      kill -0 "$spid" 2>/dev/null || break
+      sleep 0.1
+    done
+    grep -q 'waiting for the client' "$tmp/server.log" && break
+    wait "$spid" 2>/dev/null || true
+    grep -q "probing device" "$tmp/server.log" || break
   done
-  # shellcheck disable=SC2086
-  if ip netns exec "$ns" timeout -k 5 60 "$perf" "${args[@]}" 127.0.0.1 -p "$port" --device "net_af_packet1,iface=va$qp" \
-    --ip 10.20.0.1 --mac 02:00:0a:14:00:01 --queues "$queues" --qp-timeout 12 --report_gbits $faults \
-    -- --lcores=0@0 "${EAL[@]}" >"$tmp/client.log" 2>&1 && wait "$spid"; then
+  crc=1
+  for attempt in 1 2 3; do
+    # shellcheck disable=SC2086
+    ip netns exec "$ns" timeout -k 5 60 "$perf" "${args[@]}" 127.0.0.1 -p "$port" --device "net_af_packet1,iface=va$qp" \
+      --ip 10.20.0.1 --mac 02:00:0a:14:00:01 --queues "$queues" --qp-timeout 12 --report_gbits $faults \
+      -- --lcores=0@0 "${EAL[@]}" >"$tmp/client.log" 2>&1 && crc=0 && break
+    grep -q "probing device" "$tmp/client.log" || break
+    sleep 0.2
+  done
+  if [ "$crc" -eq 0 ] && wait "$spid"; then
     echo "ok: ${args[*]} $faults"
     grep -E '^ +[0-9]+ ' "$tmp/client.log" | sed 's/^/    /'
     grep -E 'transport:|port:' "$tmp/client.log" | sed 's/^/    /'
