@@ -14,6 +14,15 @@
 // the work request that was in it (droce_shm_abi.h, "slot lifetime"). A
 // destroy_* call must not return until the engine has stopped touching the
 // object's rings and memory; the server unmaps them right after.
+//
+// Ring semantics the engine owes the client (verbs): receive WQEs may stay in
+// the ring until a message needs one (the ring holds max_recv_wr); a QP
+// moved to ERR completes everything it has taken and everything still in
+// its rings with IBV_WC_WR_FLUSH_ERR; a QP moved to RESET consumes and drops
+// what is in its rings without completions. Every value read from a ring is
+// untrusted: an entry with a bad opcode, SGE count or length completes with
+// an error (and the QP goes to ERR), an index that moved by more than the
+// ring size (RingConsumer::corrupt()) is fatal for the object.
 #pragma once
 
 #include <sys/types.h>

@@ -234,7 +234,7 @@ struct ServerOps {
     if (entries == 0) return -EINVAL;
     auto o = std::make_unique<Obj>(ObjKind::Cq);
     RingSpec spec{DROCE_SHM_RING_CQ, entries, sizeof(droce_shm_cqe), 0, 0};
-    if (int rc = create_object_region(o->region, DROCE_SHM_REGION_CQ, 0, &spec, 1)) return rc;
+    if (int rc = create_object_region(o->region, DROCE_SHM_REGION_CQ, 0, &spec, 1, s.cfg_.rings_in_hugepages)) return rc;
     CqSetup setup{q.cqe, q.comp_vector, region_ring(o->region, 0), entries, ch ? ch->eventfd : -1};
     CqResult res{};
     if (int rc = s.backend_.create_cq(c.info, setup, res)) return rc;
@@ -264,7 +264,7 @@ struct ServerOps {
     granted.max_sge = std::max<uint32_t>(q.attr.max_sge, 1);
     auto o = std::make_unique<Obj>(ObjKind::Srq);
     RingSpec spec{DROCE_SHM_RING_RECV, entries, sizeof(droce_shm_recv_wqe), granted.max_sge, 0};
-    if (int rc = create_object_region(o->region, DROCE_SHM_REGION_SRQ, 0, &spec, 1)) return rc;
+    if (int rc = create_object_region(o->region, DROCE_SHM_REGION_SRQ, 0, &spec, 1, s.cfg_.rings_in_hugepages)) return rc;
     SrqSetup setup{pd->id, granted, region_ring(o->region, 0), entries};
     SrqResult res{};
     if (int rc = s.backend_.create_srq(c.info, setup, res)) return rc;
@@ -313,7 +313,8 @@ struct ServerOps {
     RingSpec spec[2] = {
         {DROCE_SHM_RING_SEND, sq_entries, sizeof(droce_shm_send_wqe), cap.max_send_sge, cap.max_inline_data},
         {DROCE_SHM_RING_RECV, rq_entries, sizeof(droce_shm_recv_wqe), cap.max_recv_sge, 0}};
-    if (int rc = create_object_region(o->region, DROCE_SHM_REGION_QP, 0, spec, srq ? 1 : 2)) return rc;
+    if (int rc = create_object_region(o->region, DROCE_SHM_REGION_QP, 0, spec, srq ? 1 : 2,
+                                      s.cfg_.rings_in_hugepages)) return rc;
     QpSetup setup{pd->id, scq->id, rcq->id, srq ? srq->id : 0, static_cast<ibv_qp_type>(q.qp_type),
                   q.sq_sig_all != 0, cap, region_ring(o->region, 0), sq_entries,
                   srq ? nullptr : region_ring(o->region, 1), rq_entries};
@@ -373,6 +374,9 @@ int ShimServer::listen() {
   sa.sun_family = AF_UNIX;
   if (cfg_.socket_path.empty() || cfg_.socket_path.size() >= sizeof(sa.sun_path)) return -ENAMETOOLONG;
   std::memcpy(sa.sun_path, cfg_.socket_path.c_str(), cfg_.socket_path.size() + 1);
+  // The socket's directory (e.g. /run/droce) may not exist yet.
+  if (auto slash = cfg_.socket_path.rfind('/'); slash != std::string::npos && slash > 0)
+    mkdir(cfg_.socket_path.substr(0, slash).c_str(), 0755);
   int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0) return -errno;
   unlink(cfg_.socket_path.c_str());  // a stale socket of a dead daemon

@@ -28,6 +28,10 @@ struct ShimServerConfig {
   uint32_t max_objects_per_client = 65536;
   uint64_t max_mr_bytes_per_client = 1ull << 36;
   bool lock_mr_memory = true;        // mlock registered memory (best effort)
+  // Every QP/SRQ/CQ region in a 2 MiB hugepage (TLB-friendly for the engine,
+  // 2 MiB per object); otherwise only regions of 1 MiB or more. Falls back
+  // to 4 KiB pages when no hugepage is free.
+  bool rings_in_hugepages = false;
 };
 
 enum class ObjKind : uint8_t { Pd, Mr, Channel, Cq, Srq, Qp, Ah, Count_ };

@@ -102,7 +102,7 @@ int ShmRegion::map(int fd, size_t size) {
 }
 
 int create_object_region(ShmRegion& out, uint32_t region_kind, uint32_t object_num,
-                         const RingSpec* rings, uint32_t nrings) {
+                         const RingSpec* rings, uint32_t nrings, bool always_huge) {
   if (nrings < 1 || nrings > 2) return -EINVAL;
   uint64_t off[2] = {0, 0};
   uint64_t size = sizeof(droce_shm_region_hdr);
@@ -112,7 +112,7 @@ int create_object_region(ShmRegion& out, uint32_t region_kind, uint32_t object_n
     size += droce_shm_ring_bytes(rings[i].entries, rings[i].entry_size);
   }
   // Rings of 1 MiB or more go to hugepages when there are free ones.
-  bool huge = size >= (1u << 20);
+  bool huge = always_huge || size >= (1u << 20);
   size_t alloc = huge ? page_round_up(size, kHugePage) : size;
   int rc = out.create("droce-ring", alloc, huge);
   if (rc != 0) return rc;

@@ -59,8 +59,10 @@ struct RingSpec {
   uint32_t max_inline;
 };
 // Creates and initialises the region; ring i starts at hdr->ring_off[i].
+// Hugepages (2 MiB, MFD_HUGETLB) when free and either the rings need
+// 1 MiB or more or always_huge is set; 4 KiB pages otherwise.
 int create_object_region(ShmRegion& out, uint32_t region_kind, uint32_t object_num,
-                         const RingSpec* rings, uint32_t nrings);
+                         const RingSpec* rings, uint32_t nrings, bool always_huge = false);
 // Checks a mapped region against what the create response promised.
 bool check_object_region(const ShmRegion& r, uint32_t region_kind, const RingSpec* rings,
                          uint32_t nrings);

@@ -231,3 +231,33 @@ TEST_CASE("ring: two processes over a memfd move millions of entries", "[shim][r
   CHECK(WEXITSTATUS(st) == 0);
   CHECK(got == expected_sum(kN));
 }
+
+TEST_CASE("ring regions go to hugepages when asked and free, else 4 KiB pages", "[shim][ring][huge]") {
+  RingSpec spec{DROCE_SHM_RING_CQ, 64, sizeof(droce_shm_cqe), 0, 0};
+  ShmRegion small, huge;
+  REQUIRE(create_object_region(small, DROCE_SHM_REGION_CQ, 1, &spec, 1, false) == 0);
+  CHECK_FALSE(small.huge());
+  CHECK(small.size() % 4096 == 0);
+  REQUIRE(create_object_region(huge, DROCE_SHM_REGION_CQ, 1, &spec, 1, true) == 0);
+  REQUIRE(check_object_region(huge, DROCE_SHM_REGION_CQ, &spec, 1));
+  if (huge.huge()) {
+    CHECK(huge.size() == kHugePage);
+    // Usable through a second mapping of the fd, as the client maps it.
+    ShmRegion client;
+    REQUIRE(client.map(dup(huge.fd()), huge.size()) == 0);
+    RingProducer<droce_shm_cqe> p;
+    RingConsumer<droce_shm_cqe> c;
+    REQUIRE(p.attach(region_ring(huge, 0), 64));
+    REQUIRE(c.attach(region_ring(client, 0), 64));
+    droce_shm_cqe e{}, out{};
+    e.wr_id = 77;
+    REQUIRE(p.try_push(e));
+    REQUIRE(c.try_pop(&out));
+    CHECK(out.wr_id == 77);
+  } else {
+    WARN("no free 2 MiB hugepage: fell back to 4 KiB pages");
+  }
+  // The client cannot resize a region under the daemon: it is sealed.
+  CHECK(ftruncate(small.fd(), 0) != 0);
+  CHECK(ftruncate(huge.fd(), 0) != 0);
+}

@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <random>
 #include <thread>
 
 #include "loopback_backend.h"
@@ -85,9 +86,14 @@ struct Cl {
     RegMrResp r{};
     int e = conn.call<Op::RegMr>(q, r, &m.fd, 1);
     close(m.fd);
+    mem_entries.push_back(m.entry);  // released with the client, as ibv_dereg_mr would
     if (rc) *rc = e; else REQUIRE(e == 0);
     return r;
   }
+  ~Cl() {
+    for (uint32_t e : mem_entries) release_mr_memory(e);
+  }
+  std::vector<uint32_t> mem_entries;
   void to_rts(uint32_t qp, uint32_t dest) {
     ibv_qp_attr a{};
     a.qp_state = IBV_QPS_INIT;
@@ -445,6 +451,7 @@ TEST_CASE("completion channel: an armed CQ wakes the eventfd, once", "[shim][ser
   REQUIRE(wait_cqe(cq, out));
   CHECK(poll(&p, 1, 50) == 0);
   close(efd);
+  free_shared(buf);
 }
 
 TEST_CASE("a client killed with SIGKILL leaves nothing behind", "[shim][server][cleanup]") {
@@ -544,4 +551,126 @@ TEST_CASE("a client killed with SIGKILL leaves nothing behind", "[shim][server][
   Empty e;
   CHECK(survivor.conn.call<Op::DeallocPd>({spd}, e) == 0);
   CHECK(f.backend.live_objects() == 0);
+}
+
+TEST_CASE("server: random requests from a hostile client never crash it", "[shim][server][fuzz]") {
+  Fixture f;
+  Cl good(f);
+  uint32_t pd = good.pd();
+  std::mt19937 rng(12345);
+  int answered = 0, cut = 0;
+  for (int round = 0; round < 20; round++) {
+    int s = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+    sockaddr_un sa{};
+    sa.sun_family = AF_UNIX;
+    std::strcpy(sa.sun_path, f.server.socket_path().c_str());
+    REQUIRE(connect(s, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) == 0);
+    timeval tv{5, 0};
+    setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    for (int i = 0; i < 200; i++) {
+      uint8_t msg[kMaxMessage];
+      for (auto& b : msg) b = static_cast<uint8_t>(rng());
+      // Mostly well-formed headers with random ops, bodies and handles.
+      size_t len = sizeof(ReqHdr) + rng() % 300;
+      ReqHdr h{kMagic, kVersion, static_cast<uint16_t>(rng() % (static_cast<unsigned>(Op::Count_) + 2)),
+               static_cast<uint32_t>(i), 0};
+      if (i == 0) {
+        h.op = static_cast<uint16_t>(Op::OpenDevice);
+        OpenDeviceReq o{0, DROCE_SHM_ABI_VERSION};
+        std::memcpy(msg + sizeof(h), &o, sizeof(o));
+        len = sizeof(h) + sizeof(o);
+      } else if (rng() % 3 == 0) {
+        // the right body size for the op, random contents
+        static const size_t sizes[] = {0, 0, sizeof(OpenDeviceReq), 0, sizeof(PortReq), sizeof(PortReq), 0,
+                                       sizeof(HandleReq), sizeof(RegMrReq), sizeof(HandleReq), 0, sizeof(HandleReq),
+                                       sizeof(CreateCqReq), sizeof(HandleReq), sizeof(CreateSrqReq),
+                                       sizeof(ModifySrqReq), sizeof(HandleReq), sizeof(HandleReq), sizeof(CreateQpReq),
+                                       sizeof(ModifyQpReq), sizeof(QueryQpReq), sizeof(HandleReq), sizeof(CreateAhReq),
+                                       sizeof(HandleReq)};
+        if (h.op < std::size(sizes)) len = sizeof(h) + sizes[h.op];
+        // small handle numbers so some name real objects
+        for (size_t k = sizeof(h); k + 4 <= len; k += 4) {
+          uint32_t v = rng() % 4 == 0 ? rng() % 8 : static_cast<uint32_t>(rng());
+          std::memcpy(msg + k, &v, 4);
+        }
+      }
+      if (rng() % 50 == 0) h.magic = static_cast<uint32_t>(rng());
+      std::memcpy(msg, &h, sizeof(h));
+      if (send(s, msg, len, MSG_NOSIGNAL) < 0) break;
+      uint8_t resp[kMaxMessage];
+      int fds[4], nfds = 0;
+      ssize_t n = recv_with_fds(s, resp, sizeof(resp), fds, 4, &nfds);
+      for (int k = 0; k < nfds; k++) close(fds[k]);
+      if (n <= 0) {
+        cut++;
+        break;
+      }
+      answered++;
+    }
+    close(s);
+  }
+  INFO("answered " << answered << ", connections cut " << cut);
+  CHECK(answered > 1000);
+  // The server still serves, and the hostile clients left nothing behind.
+  CHECK(good.pd() != pd);
+  CHECK(eventually([&] { return f.server.stats().clients == 1; }));
+  auto st = f.server.stats();
+  CHECK(st.objects[static_cast<int>(ObjKind::Qp)] == 0);
+  CHECK(st.objects[static_cast<int>(ObjKind::Cq)] == 0);
+  CHECK(st.objects[static_cast<int>(ObjKind::Pd)] == 2);  // the good client's
+  CHECK(st.mapped_bytes == 0);
+}
+
+TEST_CASE("memory scheme: remap at the same address, reuse, overlap rules", "[shim][mr]") {
+  const size_t pg = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  // Fresh pages no earlier registration has touched.
+  auto* buf = static_cast<uint8_t*>(mmap(nullptr, 8 * pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  REQUIRE(buf != MAP_FAILED);
+  for (size_t i = 0; i < 8 * pg; i++) buf[i] = static_cast<uint8_t>(i * 13);
+  // An unaligned range is rounded out to whole pages; the contents survive.
+  MrMemory a;
+  REQUIRE(prepare_mr_memory(buf + pg + 100, 2 * pg, a) == 0);
+  CHECK(a.map_addr == reinterpret_cast<uint64_t>(buf + pg));
+  CHECK(a.map_len == 3 * pg);
+  CHECK(a.fd_offset == 0);
+  for (size_t i = 0; i < 8 * pg; i++)
+    if (buf[i] != static_cast<uint8_t>(i * 13)) FAIL("byte " << i << " changed by the remap");
+  // The program's pages and the memfd are the same memory now.
+  auto* other = static_cast<uint8_t*>(mmap(nullptr, 3 * pg, PROT_READ | PROT_WRITE, MAP_SHARED, a.fd, 0));
+  REQUIRE(other != MAP_FAILED);
+  buf[pg + 200] = 0xAB;
+  CHECK(other[200] == 0xAB);
+  other[300] = 0xCD;
+  CHECK(buf[pg + 300] == 0xCD);
+  // A range inside it reuses the memfd at the right offset, no copy.
+  MrMemory b;
+  REQUIRE(prepare_mr_memory(buf + 2 * pg + 8, 16, b) == 0);
+  CHECK(b.entry == a.entry);
+  CHECK(b.fd_offset == pg);
+  // A range that straddles its edge cannot join it.
+  MrMemory c;
+  CHECK(prepare_mr_memory(buf + 3 * pg, 2 * pg, c) == -EINVAL);
+  // Once both registrations are gone the pages can be registered afresh.
+  close(a.fd);
+  close(b.fd);
+  release_mr_memory(a.entry);
+  release_mr_memory(b.entry);
+  REQUIRE(prepare_mr_memory(buf + 3 * pg, 2 * pg, c) == 0);
+  CHECK(buf[pg + 300] == 0xCD);
+  close(c.fd);
+  release_mr_memory(c.entry);
+  munmap(other, 3 * pg);
+  // alloc_shared memory registers without a remap.
+  auto* s = static_cast<uint8_t*>(alloc_shared(4 * pg));
+  REQUIRE(s != nullptr);
+  s[5] = 7;
+  MrMemory d;
+  REQUIRE(prepare_mr_memory(s, 4 * pg, d) == 0);
+  CHECK(d.map_addr == reinterpret_cast<uint64_t>(s));
+  CHECK(s[5] == 7);
+  close(d.fd);
+  release_mr_memory(d.entry);
+  free_shared(s);
+  CHECK(prepare_mr_memory(nullptr, 10, d) == -EINVAL);
+  munmap(buf, 8 * pg);
 }

@@ -38,6 +38,11 @@ using namespace droce::shim;
 using namespace droce::shim::proto;
 
 #define DROCE_EXPORT extern "C" __attribute__((visibility("default")))
+// Names that also have an IBVERBS_1.0 version (compat_1_0.cc) are bound to
+// their default IBVERBS_1.1 version explicitly, as rdma-core does.
+#define DROCE_EXPORT_1_1(name)                                       \
+  __asm__(".symver droce_v11_" #name "," #name "@@IBVERBS_1.1"); \
+  DROCE_EXPORT
 
 // Private (IBVERBS_PRIVATE_34) types that ibv_devinfo uses; rdma-core keeps
 // them in infiniband/driver.h, which Debian does not install.
@@ -131,9 +136,14 @@ void delete_obj(T* p) {
 // ---- device list ----------------------------------------------------------
 
 std::mutex g_dev_mu;
-std::vector<FDevice*> g_devices;  // kept for the process lifetime, like rdma-core
+// Kept for the process lifetime, like rdma-core's (never destroyed, so
+// pointers programs hold stay valid during exit too).
+std::vector<FDevice*>& g_devices = *new std::vector<FDevice*>();
 
-int refresh_devices() {
+// Asks the daemon for its devices; `out` gets the ones it has now. Device
+// objects are reused across calls (a program may keep ibv_device pointers
+// after freeing the list) and never freed, like rdma-core's.
+int refresh_devices(std::vector<FDevice*>& out) {
   std::string path = default_socket_path();
   ShimConnection c;
   int rc = c.connect(path);
@@ -143,9 +153,13 @@ int refresh_devices() {
   for (uint32_t i = 0; i < r.count && i < kMaxDevices; i++) {
     const DeviceInfo& d = r.dev[i];
     std::string name(d.name, strnlen(d.name, sizeof(d.name)));
-    auto it = std::find_if(g_devices.begin(), g_devices.end(),
-                           [&](FDevice* x) { return name == x->dev.name && x->socket == path; });
-    if (it != g_devices.end()) continue;
+    auto it = std::find_if(g_devices.begin(), g_devices.end(), [&](FDevice* x) {
+      return name == x->dev.name && x->socket == path && x->index == d.index;
+    });
+    if (it != g_devices.end()) {
+      out.push_back(*it);
+      continue;
+    }
     auto* f = new_obj<FDevice>();
     if (f == nullptr) return -ENOMEM;
     f->dev.node_type = IBV_NODE_CA;
@@ -159,6 +173,7 @@ int refresh_devices() {
     f->guid = d.node_guid;
     f->socket = path;
     g_devices.push_back(f);
+    out.push_back(f);
   }
   return 0;
 }
@@ -355,29 +370,34 @@ const char* const kWcStatus[] = {
 
 // ---- device list and context ------------------------------------------------
 
-DROCE_EXPORT ibv_device** ibv_get_device_list(int* num) {
+DROCE_EXPORT_1_1(ibv_get_device_list)
+ibv_device** droce_v11_ibv_get_device_list(int* num) {
   std::lock_guard<std::mutex> g(g_dev_mu);
-  int rc = refresh_devices();
-  (void)rc;  // no daemon: an empty list, as libibverbs gives without devices
-  auto** list = static_cast<ibv_device**>(calloc(g_devices.size() + 1, sizeof(ibv_device*)));
+  std::vector<FDevice*> now;
+  if (refresh_devices(now) != 0) now.clear();  // no daemon: an empty list, as libibverbs without devices
+  auto** list = static_cast<ibv_device**>(calloc(now.size() + 1, sizeof(ibv_device*)));
   if (list == nullptr) {
     errno = ENOMEM;
     return nullptr;
   }
-  for (size_t i = 0; i < g_devices.size(); i++) list[i] = &g_devices[i]->dev;
-  if (num) *num = static_cast<int>(g_devices.size());
+  for (size_t i = 0; i < now.size(); i++) list[i] = &now[i]->dev;
+  if (num) *num = static_cast<int>(now.size());
   return list;
 }
 
-DROCE_EXPORT void ibv_free_device_list(ibv_device** list) { free(list); }
+DROCE_EXPORT_1_1(ibv_free_device_list)
+void droce_v11_ibv_free_device_list(ibv_device** list) { free(list); }
 
-DROCE_EXPORT const char* ibv_get_device_name(ibv_device* d) { return d->name; }
+DROCE_EXPORT_1_1(ibv_get_device_name)
+const char* droce_v11_ibv_get_device_name(ibv_device* d) { return d->name; }
 
-DROCE_EXPORT __be64 ibv_get_device_guid(ibv_device* d) { return reinterpret_cast<FDevice*>(d)->guid; }
+DROCE_EXPORT_1_1(ibv_get_device_guid)
+__be64 droce_v11_ibv_get_device_guid(ibv_device* d) { return reinterpret_cast<FDevice*>(d)->guid; }
 
 DROCE_EXPORT int ibv_get_device_index(ibv_device* d) { return static_cast<int>(reinterpret_cast<FDevice*>(d)->index); }
 
-DROCE_EXPORT ibv_context* ibv_open_device(ibv_device* d) {
+DROCE_EXPORT_1_1(ibv_open_device)
+ibv_context* droce_v11_ibv_open_device(ibv_device* d) {
   auto* dev = reinterpret_cast<FDevice*>(d);
   auto* f = new_obj<FContext>();
   if (f == nullptr) return fail<ibv_context>(-ENOMEM);
@@ -410,7 +430,8 @@ DROCE_EXPORT ibv_context* ibv_open_device(ibv_device* d) {
   return &c;
 }
 
-DROCE_EXPORT int ibv_close_device(ibv_context* c) {
+DROCE_EXPORT_1_1(ibv_close_device)
+int droce_v11_ibv_close_device(ibv_context* c) {
   FContext* f = ctx_of(c);
   if (f->async_fd >= 0) close(f->async_fd);
   pthread_mutex_destroy(&c->mutex);
@@ -419,7 +440,8 @@ DROCE_EXPORT int ibv_close_device(ibv_context* c) {
   return 0;
 }
 
-DROCE_EXPORT int ibv_query_device(ibv_context* c, ibv_device_attr* attr) {
+DROCE_EXPORT_1_1(ibv_query_device)
+int droce_v11_ibv_query_device(ibv_context* c, ibv_device_attr* attr) {
   ibv_device_attr a{};
   int rc = conn_of(c).call<Op::QueryDevice>({}, a);
   if (rc != 0) return -rc;
@@ -438,7 +460,8 @@ struct compat_port_attr_prefix {
   uint8_t lmc, max_vl_num, sm_sl, subnet_timeout, init_type_reply, active_width, active_speed, phys_state,
       link_layer, flags;
 };
-DROCE_EXPORT int ibv_query_port(ibv_context* c, uint8_t port, _compat_ibv_port_attr* attr) {
+DROCE_EXPORT_1_1(ibv_query_port)
+int droce_v11_ibv_query_port(ibv_context* c, uint8_t port, _compat_ibv_port_attr* attr) {
   ibv_port_attr a{};
   int rc = conn_of(c).call<Op::QueryPort>({port}, a);
   if (rc != 0) return -rc;
@@ -446,7 +469,8 @@ DROCE_EXPORT int ibv_query_port(ibv_context* c, uint8_t port, _compat_ibv_port_a
   return 0;
 }
 
-DROCE_EXPORT int ibv_query_gid(ibv_context* c, uint8_t port, int index, ibv_gid* gid) {
+DROCE_EXPORT_1_1(ibv_query_gid)
+int droce_v11_ibv_query_gid(ibv_context* c, uint8_t port, int index, ibv_gid* gid) {
   GidTableResp t{};
   if (gid_table(c, port, t) != 0 || index < 0) return -1;
   for (uint32_t i = 0; i < t.count; i++) {
@@ -506,7 +530,8 @@ DROCE_EXPORT ssize_t _ibv_query_gid_table(ibv_context* c, ibv_gid_entry* entries
   return static_cast<ssize_t>(n);
 }
 
-DROCE_EXPORT int ibv_query_pkey(ibv_context*, uint8_t, int index, __be16* pkey) {
+DROCE_EXPORT_1_1(ibv_query_pkey)
+int droce_v11_ibv_query_pkey(ibv_context*, uint8_t, int index, __be16* pkey) {
   if (index != 0) return -1;
   *pkey = htons(0xffff);  // the default partition, the only one on RoCE
   return 0;
