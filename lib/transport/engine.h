@@ -101,6 +101,9 @@ class Engine {
   int dereg_mr(uint32_t key) noexcept { return mrs_->dereg(key); }
   verbs::Cq* create_cq(uint32_t cqe);
   verbs::Srq* create_srq(verbs::Pd pd, uint32_t max_wr);
+  // Frees a CQ / SRQ no QP uses any more: 0, EINVAL (not this engine's), EBUSY (a QP uses it).
+  int destroy_cq(verbs::Cq* cq);
+  int destroy_srq(verbs::Srq* srq);
   int create_qp(const verbs::QpInitAttr& init, uint32_t* qpn);
   int destroy_qp(uint32_t qpn);
   int modify_qp(uint32_t qpn, const verbs::QpAttr& attr, uint32_t mask) noexcept;
