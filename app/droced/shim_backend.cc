@@ -692,14 +692,17 @@ uint32_t EngineShimBackend::drain_qp(Core& k, Qp& q) noexcept {
   return work;
 }
 
-uint32_t EngineShimBackend::drain_srq(Srq& s) noexcept {
+uint32_t EngineShimBackend::drain_srq(Core& k, Srq& s) noexcept {
   if (s.dead) return 0;
   const uint32_t n = std::min(s.ring.available(), kBatch);
   uint32_t i = 0;
   for (; i < n; ++i) {
     droce_shm_recv_wqe w;
     s.ring.copy(i, &w);
-    if (w.num_sge > s.max_sge) continue;  // dropped (no QP to fail): counted below
+    if (w.num_sge > s.max_sge) {  // no QP to fail: dropped and counted
+      k.bad_wqes.add(1);
+      continue;
+    }
     verbs::RecvWr r;
     r.wr_id = w.wr_id;
     r.num_sge = w.num_sge;
@@ -707,15 +710,20 @@ uint32_t EngineShimBackend::drain_srq(Srq& s) noexcept {
     if (s.eng->post_srq_recv(s.esrq, r) == ENOMEM) break;
   }
   if (i) s.ring.release(i);
-  if (s.ring.corrupt()) s.dead = true;
+  if (s.ring.corrupt()) {
+    s.dead = true;
+    k.corrupt.add(1);
+  }
+  if (i) k.rq_wqes.add(i);
   return i;
 }
 
-uint32_t EngineShimBackend::drain_cq(Cq& c) noexcept {
+uint32_t EngineShimBackend::drain_cq(Core& k, Cq& c) noexcept {
   if (c.dead || c.ecq->pending() == 0) return 0;
   uint32_t room = c.ring.free_slots(kBatch);
   if (c.ring.corrupt()) {
     c.dead = true;
+    k.corrupt.add(1);
     return 0;
   }
   room = std::min(room, kBatch);
@@ -747,6 +755,7 @@ uint32_t EngineShimBackend::drain_cq(Cq& c) noexcept {
   // woken by the next completion (a spurious wake-up, never a lost one).
   (void)error;
   if (shim::cq_consume_arm(c.ring.hdr(), true) && c.efd >= 0) {
+    k.events.add(1);
     uint64_t one = 1;
     if (write(c.efd, &one, sizeof(one)) < 0) {
       // eventfd saturated: the client is not reading; nothing to do
@@ -758,9 +767,9 @@ uint32_t EngineShimBackend::drain_cq(Cq& c) noexcept {
 uint32_t EngineShimBackend::poll_core(Core& k) noexcept {
   uint32_t work = 0;
   for (Qp* q : k.qps) work += drain_qp(k, *q);
-  for (Srq* s : k.srqs) work += drain_srq(*s);
+  for (Srq* s : k.srqs) work += drain_srq(k, *s);
   uint32_t cqes = 0;
-  for (Cq* c : k.cqs) cqes += drain_cq(*c);
+  for (Cq* c : k.cqs) cqes += drain_cq(k, *c);
   if (cqes) k.cqes.add(cqes);
   return work + cqes;
 }

@@ -89,8 +89,8 @@ class EngineShimBackend final : public shim::ShimBackend {
   int to_ah(uint32_t port, const ibv_ah_attr& a, verbs::Ah& out);
   uint32_t poll_core(Core& k) noexcept;
   uint32_t drain_qp(Core& k, Qp& q) noexcept;
-  uint32_t drain_srq(Srq& s) noexcept;
-  uint32_t drain_cq(Cq& c) noexcept;
+  uint32_t drain_srq(Core& k, Srq& s) noexcept;
+  uint32_t drain_cq(Core& k, Cq& c) noexcept;
   void qp_error(Qp& q, verbs::Cq* cq, uint64_t wr_id, verbs::WcStatus st, bool send) noexcept;
 
   engine::Dataplane& dp_;

@@ -70,7 +70,8 @@ json ShimComponent::status() const {
               {"rq_wqes", b.rq_wqes},
               {"cqes", b.cqes},
               {"bad_wqes", b.bad_wqes},
-              {"corrupt_rings", b.corrupt_rings}};
+              {"corrupt_rings", b.corrupt_rings},
+              {"events", b.events}};
 }
 
 }  // namespace droce::daemon

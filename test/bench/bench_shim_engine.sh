@@ -20,6 +20,7 @@ shim=$(DROCE_BENCH_SECS=$secs bash "$here/../engine/shim_pair.sh" "$build/app/dr
 line=$(grep '^SHIM_BENCH' <<<"$shim")
 s_mpps=$(sed -n 's/.*write64_mpps=\([0-9.]*\).*/\1/p' <<<"$line")
 s_lat=$(sed -n 's/.*send64_lat_typical_us=\([0-9.]*\).*/\1/p' <<<"$line")
+s_late=$(sed -n 's/.*send64_lat_events_us=\([0-9.]*\).*/\1/p' <<<"$line")
 [ -z "$line" ] && echo "$shim" | tail -n 30
 
 ns=droce-bs-$$
@@ -47,13 +48,14 @@ perf_run() {  # perf_run OUTFILE ARGS...
   wait "$sp" || true
 }
 perf_run "$tmp/w64.log" write_bw -s 64 -D "$secs" -t 128
-perf_run "$tmp/l64.log" send_lat -s 64 -n 3000
+perf_run "$tmp/l64.log" send_lat -s 64 -n 300
 e_mpps=$(awk '$1 == 64 && NF >= 5 {print $4}' "$tmp/w64.log" | tail -n 1)
 e_lat=$(awk '$1 == 64 && NF >= 5 {print $5}' "$tmp/l64.log" | tail -n 1)
 
 echo "== verbs shim (perftest, separate process, two droced) vs embedding API in-process (droce-perf), same run"
-awk -v sm="${s_mpps:-0}" -v em="${e_mpps:-0}" -v sl="${s_lat:-0}" -v el="${e_lat:-0}" 'BEGIN {
+awk -v sm="${s_mpps:-0}" -v em="${e_mpps:-0}" -v sl="${s_lat:-0}" -v el="${e_lat:-0}" -v se="${s_late:-0}" 'BEGIN {
   printf "%-34s %14s %14s %8s\n", "case", "shim", "embedded", "ratio"
   printf "%-34s %9.4f Mpps %9.4f Mpps %8s\n", "64 B RC WRITE message rate", sm, em, (em > 0 ? sprintf("%.3f", sm / em) : "n/a")
   printf "%-34s %12.2f us %12.2f us %8s\n", "64 B RC SEND latency (typical)", sl, el, (el > 0 ? sprintf("%.3f", sl / el) : "n/a")
+  printf "%-34s %12.2f us %12.2f us %8s\n", "  same, shim app on events (-e)", se, el, (el > 0 ? sprintf("%.3f", se / el) : "n/a")
 }'

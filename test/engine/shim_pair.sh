@@ -182,11 +182,16 @@ if [ "$mode" = bench ]; then
   secs=${DROCE_BENCH_SECS:-3}
   pair "ib_write_bw -s 64 (shim)" ib_write_bw -x "$gidx" -s 64 -D "$secs" -t 128
   cp "$T/pb.log" "$T/bench-bw.log"
-  pair "ib_send_lat -s 64 (shim)" ib_send_lat -x "$gidx" -s 64 -n 3000
+  pair "ib_send_lat -s 64 (shim)" ib_send_lat -x "$gidx" -s 64 -n 300
   cp "$T/pb.log" "$T/bench-lat.log"
+  # The same with the application asleep on its completion channel (-e):
+  # one spinning loop per node instead of two on an oversubscribed host.
+  pair "ib_send_lat -s 64 -e (shim, events)" ib_send_lat -x "$gidx" -s 64 -n 300 -e
+  cp "$T/pb.log" "$T/bench-late.log"
   bw=$(awk '$1 == 64 && NF >= 5 {print $5}' "$T/bench-bw.log" | tail -n 1)
   lat=$(awk '$1 == 64 && NF >= 5 {print $5}' "$T/bench-lat.log" | tail -n 1)
-  echo "SHIM_BENCH write64_mpps=${bw:-0} send64_lat_typical_us=${lat:-0}"
+  late=$(awk '$1 == 64 && NF >= 5 {print $5}' "$T/bench-late.log" | tail -n 1)
+  echo "SHIM_BENCH write64_mpps=${bw:-0} send64_lat_typical_us=${lat:-0} send64_lat_events_us=${late:-0}"
   echo "$pass passed, $fail failed"
   [ $fail -eq 0 ]
   exit
@@ -234,6 +239,11 @@ for s in $lat_sizes; do
   pair "ib_send_lat -s $s" ib_send_lat -x "$gidx" -s "$s" -n "$n"
 done
 if no_objects; then ok "no QP, MR, shim object or shared memory left on either node"; else bad "objects left after the tools"; fi
+if ctl a call shim | python3 -c 'import json,sys; d=json.load(sys.stdin); sys.exit(0 if d["sq_wqes"] > 0 and d["rq_wqes"] > 0 and d["cqes"] > 0 and d["events"] > 0 and d["bad_wqes"] == 0 and d["clients_total"] > 10 else 1)'; then
+  ok "droce-ctl shim: WQEs consumed, CQEs produced, channel events, no bad WQE"
+else
+  bad "droce-ctl shim counters: $(ctl a call shim)"
+fi
 
 # The bad cases over the real engine.
 if in_ns timeout 60 "$CHECK" "$SA" "$SB" >"$T/check.log" 2>&1; then
