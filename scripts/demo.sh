@@ -65,6 +65,9 @@ lcore = 1
 queues = [{ port = "vd", rx = 0 }]
 [control]
 socket = "$tmp/droced.sock"
+
+[shim]
+socket = "$tmp/verbs.sock"
 EOF2
 ip netns exec "$ns" timeout -k 5 120 "$B/app/droced/droced" --config "$tmp/node.toml" >"$tmp/droced.log" 2>&1 &
 pids+=($!)

@@ -15,6 +15,7 @@
 #include "daemon.h"
 #include "dataplane_component.h"
 #include "log/log.h"
+#include "shim_component.h"
 
 using namespace droce;
 
@@ -78,7 +79,14 @@ int main(int argc, char** argv) {
   // counter blocks), before control (its commands are registered before the
   // socket opens, and it stops after the socket closes).
   auto control = std::make_unique<daemon::ControlComponent>(ctx);
-  if (!no_dataplane) d.add(std::make_unique<daemon::DataplaneComponent>(ctx, *control));
+  if (!no_dataplane) {
+    auto dpc = std::make_unique<daemon::DataplaneComponent>(ctx, *control);
+    // The verbs shim over the dataplane's engines: after it (stopped first).
+    std::unique_ptr<daemon::ShimComponent> shimc;
+    if (ctx.cfg.shim.enabled) shimc = std::make_unique<daemon::ShimComponent>(ctx, *control, *dpc);
+    d.add(std::move(dpc));
+    if (shimc) d.add(std::move(shimc));
+  }
   d.add(std::move(control));
 
   spdlog::info("droced {} starting: config {}, {} port(s), {} core(s)", daemon::kVersion, config_path,

@@ -405,6 +405,25 @@ void read_control(Reader& r, ControlConfig& c) {
   r.finish();
 }
 
+void read_shim(Reader& r, ShimConfig& c) {
+  r.boolean_into("enabled", c.enabled);
+  if (auto s = r.string("socket")) {
+    if (s->empty() || (*s)[0] != '/') r.fail_key("socket", quote(*s) + " is not an absolute path");
+    if (s->size() > 107) r.fail_key("socket", "path is longer than the 107 bytes a Unix socket allows");
+    c.socket = *s;
+  }
+  if (auto m = r.string("mode")) {
+    char* end = nullptr;
+    errno = 0;
+    long v = std::strtol(m->c_str(), &end, 8);
+    if (m->empty() || *end != '\0' || errno != 0 || v < 0 || v > 0777)
+      r.fail_key("mode", quote(*m) + " is not an octal mode (want \"0660\")");
+    c.mode = static_cast<uint32_t>(v);
+  }
+  r.integer_into("max_clients", c.max_clients, 1, 4096);
+  r.finish();
+}
+
 void read_log(Reader& r, LogConfig& l) {
   if (auto s = r.string("level")) {
     if (!valid_log_level(*s)) {
@@ -516,6 +535,8 @@ std::optional<std::set<uint32_t>> simple_lcore_list(const std::string& s) {
 }
 
 void check_config(Config& c) {
+  if (c.shim.enabled && c.shim.socket == c.control.socket)
+    throw ConfigError("config: shim.socket: " + quote(c.shim.socket) + " is also control.socket");
   // Cores and the main lcore must be lcores EAL starts (when the list is simple).
   if (auto lcores = simple_lcore_list(c.eal.lcores)) {
     for (size_t i = 0; i < c.cores.size(); ++i) {
@@ -680,6 +701,10 @@ Config parse_config(std::string_view text, std::string_view source) {
   if (const toml::table* t = r.table("control")) {
     Reader cr(src, *t, "control");
     read_control(cr, c.control);
+  }
+  if (const toml::table* t = r.table("shim")) {
+    Reader sr(src, *t, "shim");
+    read_shim(sr, c.shim);
   }
   if (const toml::table* t = r.table("log")) {
     Reader lr(src, *t, "log");

@@ -100,6 +100,15 @@ struct ControlConfig {
   uint32_t idle_timeout_ms = 30000;
 };
 
+// The shared-memory verbs shim's socket (lib/shim): local processes and the
+// drop-in libibverbs.so.1 connect here (clients find it through DROCE_SOCKET).
+struct ShimConfig {
+  bool enabled = true;
+  std::string socket = "/run/droce/verbs.sock";
+  uint32_t mode = 0660;
+  uint32_t max_clients = 256;
+};
+
 struct LogConfig {
   std::string level = "info";  // trace, debug, info, warn, error, critical, off
   std::string file;            // empty: stderr
@@ -113,6 +122,7 @@ struct Config {
   bool cores_derived = false;
   RoceConfig roce;
   ControlConfig control;
+  ShimConfig shim;
   LogConfig log;
 
   const PortConfig* find_port(std::string_view name) const;

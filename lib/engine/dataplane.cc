@@ -666,7 +666,8 @@ bool Dataplane::remove_poller(size_t core, uint64_t id) {
   return *ok;
 }
 
-int Dataplane::reg_mr(uint32_t p, uint32_t pd, void* addr, uint64_t len, uint32_t access, uint32_t* key) {
+int Dataplane::reg_mr_iova(uint32_t p, uint32_t pd, void* addr, uint64_t iova_va, uint64_t len, uint32_t access,
+                           uint32_t* key) {
   if (p >= ports_.size() || !key || !addr || len == 0 || pd == 0) return EINVAL;
   std::lock_guard lk(ctl_mu_);
   const auto& cores = ports_[p].cores;
@@ -674,8 +675,8 @@ int Dataplane::reg_mr(uint32_t p, uint32_t pd, void* addr, uint64_t len, uint32_
   int err = 0;
   for (size_t ci : cores) {
     auto res = std::make_shared<std::pair<int, uint32_t>>(ETIMEDOUT, 0);
-    run_on(ci, [p, pd, addr, len, access, res](CoreLoop& c) {
-      res->first = c.engine(p)->reg_mr(verbs::Pd{pd}, addr, len, access, &res->second);
+    run_on(ci, [p, pd, addr, iova_va, len, access, res](CoreLoop& c) {
+      res->first = c.engine(p)->mrs().reg_iova(verbs::Pd{pd}, addr, iova_va, len, access, &res->second);
     });
     if (res->first != 0) {
       err = res->first;

@@ -246,7 +246,11 @@ class Dataplane {
   // ---- verbs facade (control path, any one thread at a time) ----
   uint32_t alloc_pd() noexcept { return pd_seq_.fetch_add(1) + 1; }
   // Registers on every core of port p (replicated tables, identical keys). 0 or errno.
-  int reg_mr(uint32_t p, uint32_t pd, void* addr, uint64_t len, uint32_t access, uint32_t* key);
+  int reg_mr(uint32_t p, uint32_t pd, void* addr, uint64_t len, uint32_t access, uint32_t* key) {
+    return reg_mr_iova(p, pd, addr, reinterpret_cast<uint64_t>(addr), len, access, key);
+  }
+  // The same with the address work requests use (iova) apart from where the bytes are (host).
+  int reg_mr_iova(uint32_t p, uint32_t pd, void* host, uint64_t iova, uint64_t len, uint32_t access, uint32_t* key);
   int dereg_mr(uint32_t p, uint32_t key);
   // Hugepage memory for registration (rte_malloc); iova_out: bus address when known.
   void* alloc_dma(size_t len, uint64_t* iova_out = nullptr);

@@ -29,7 +29,7 @@ constexpr uint16_t kVersion = 1;
 constexpr uint32_t kMaxDevices = 8;
 constexpr uint32_t kMaxGids = 16;
 constexpr size_t kMaxMessage = 1024;
-constexpr const char* kDefaultSocket = "/run/droce/droced.sock";
+constexpr const char* kDefaultSocket = "/run/droce/verbs.sock";
 
 enum class Op : uint16_t {
   ListDevices = 1,   // -> ListDevicesResp (allowed before OpenDevice)

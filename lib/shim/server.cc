@@ -379,6 +379,15 @@ int ShimServer::listen() {
     mkdir(cfg_.socket_path.substr(0, slash).c_str(), 0755);
   int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0) return -errno;
+  // A socket someone still answers on belongs to a live daemon: never steal it.
+  if (int probe = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0); probe >= 0) {
+    const bool live = connect(probe, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) == 0;
+    close(probe);
+    if (live) {
+      close(fd);
+      return -EADDRINUSE;
+    }
+  }
   unlink(cfg_.socket_path.c_str());  // a stale socket of a dead daemon
   if (bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0 ||
       chmod(cfg_.socket_path.c_str(), cfg_.socket_mode) != 0 || ::listen(fd, 64) != 0) {

@@ -138,6 +138,30 @@ const verbs::Ah* Engine::create_ah(verbs::Pd pd, const verbs::Ah& attr) {
   return ahs_.back().get();
 }
 
+int Engine::destroy_cq(verbs::Cq* cq) {
+  for (const Qp* q : live_qps_)
+    if (q->send_cq == cq || q->recv_cq == cq) return EBUSY;
+  for (auto& c : cqs_)
+    if (c.get() == cq) {
+      c = std::move(cqs_.back());
+      cqs_.pop_back();
+      return 0;
+    }
+  return EINVAL;
+}
+
+int Engine::destroy_srq(verbs::Srq* srq) {
+  for (const Qp* q : live_qps_)
+    if (q->srq == srq) return EBUSY;
+  for (auto& s : srqs_)
+    if (s.get() == srq) {
+      s = std::move(srqs_.back());
+      srqs_.pop_back();
+      return 0;
+    }
+  return EINVAL;
+}
+
 int Engine::create_qp(const verbs::QpInitAttr& init, uint32_t* qpn) {
   if (!qpn || init.pd == 0 || !init.send_cq || !init.recv_cq) return EINVAL;
   if (init.qp_type != verbs::QpType::RC && init.qp_type != verbs::QpType::UC && init.qp_type != verbs::QpType::UD)

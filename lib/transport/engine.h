@@ -113,6 +113,9 @@ class Engine {
   verbs::Srq* create_srq(verbs::Pd pd, uint32_t max_wr);
   // ibv_create_ah: an address handle for UD work requests (owned by the engine).
   const verbs::Ah* create_ah(verbs::Pd pd, const verbs::Ah& attr);
+  // Frees a CQ / SRQ no QP uses any more: 0, EINVAL (not this engine's), EBUSY (a QP uses it).
+  int destroy_cq(verbs::Cq* cq);
+  int destroy_srq(verbs::Srq* srq);
   int create_qp(const verbs::QpInitAttr& init, uint32_t* qpn);
   int destroy_qp(uint32_t qpn);
   int modify_qp(uint32_t qpn, const verbs::QpAttr& attr, uint32_t mask) noexcept;

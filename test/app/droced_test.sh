@@ -49,6 +49,9 @@ drop = 0.01
 socket = "$SOCK"
 mode = "0600"
 
+[shim]
+socket = "${SOCK%.sock}-verbs.sock"
+
 [log]
 level = "info"
 EOF

@@ -179,7 +179,24 @@ TEST_CASE("the shipped example configs are valid", "[config]") {
   Config a = droce::config::load_config_file(std::string(DROCE_CONFIG_DIR) + "/node-a.toml");
   Config b = droce::config::load_config_file(std::string(DROCE_CONFIG_DIR) + "/node-b.toml");
   CHECK(a.control.socket != b.control.socket);
+  CHECK(a.shim.socket != b.shim.socket);
   CHECK(droce::config::format_ipv4(a.ports[0].ipv4[0]) != droce::config::format_ipv4(b.ports[0].ipv4[0]));
+}
+
+TEST_CASE("[shim]: defaults, keys, errors", "[config]") {
+  Config d = parse_config(kPort);
+  CHECK(d.shim.enabled);
+  CHECK(d.shim.socket == "/run/droce/verbs.sock");
+  CHECK(d.shim.mode == 0660);
+  Config c = parse_config(kPort + "[shim]\nenabled = false\nsocket = \"/tmp/v.sock\"\nmode = \"0600\"\nmax_clients = 8\n");
+  CHECK_FALSE(c.shim.enabled);
+  CHECK(c.shim.socket == "/tmp/v.sock");
+  CHECK(c.shim.mode == 0600);
+  CHECK(c.shim.max_clients == 8);
+  CHECK_THAT(error_of(kPort + "[shim]\nsocket = \"rel.sock\"\n"), Catch::Contains("shim.socket"));
+  CHECK_THAT(error_of(kPort + "[shim]\nmode = \"0999\"\n"), Catch::Contains("shim.mode"));
+  CHECK_THAT(error_of(kPort + "[shim]\nsocket = \"/run/droce/droced.sock\"\n"), Catch::Contains("also control.socket"));
+  CHECK_THAT(error_of(kPort + "[shim]\nsock = \"/x\"\n"), Catch::Contains("shim.sock: unknown key"));
 }
 
 TEST_CASE("mode as an octal integer", "[config]") {

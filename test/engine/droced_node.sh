@@ -52,6 +52,9 @@ mr_memory_mb = 16
 socket = "$SOCK"
 mode = "0600"
 
+[shim]
+socket = "$T/verbs.sock"
+
 [log]
 level = "info"
 EOF2

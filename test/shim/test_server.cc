@@ -156,6 +156,15 @@ TEST_CASE("server: list, open and query the device", "[shim][server]") {
   CHECK(g.entry[1].gid_type == IBV_GID_TYPE_ROCE_V2);
 }
 
+TEST_CASE("server: a socket a live server answers on is never taken over", "[shim][server]") {
+  Fixture f;
+  test::LoopbackBackend other;
+  ShimServer second(other, ShimServerConfig{f.server.socket_path()});
+  CHECK(second.listen() == -EADDRINUSE);
+  ShimConnection c;
+  CHECK(c.connect(f.server.socket_path()) == 0);  // the first still serves
+}
+
 TEST_CASE("server: a client names only its own handles", "[shim][server][isolation]") {
   Fixture f;
   Cl a(f), b(f);

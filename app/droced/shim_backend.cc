@@ -1,0 +1,777 @@
+#include "shim_backend.h"
+
+#include <arpa/inet.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "netstack/gid_table.h"
+#include "verbs/queues.h"
+
+namespace droce::daemon {
+
+using shim::ClientInfo;
+using shim::ObjId;
+
+namespace {
+constexpr uint32_t kBatch = 32;
+
+// Core-written counter read by any thread (relaxed, no RMW needed: one writer).
+struct Ctr {
+  std::atomic<uint64_t> v{0};
+  void add(uint64_t n) noexcept { v.store(v.load(std::memory_order_relaxed) + n, std::memory_order_relaxed); }
+  uint64_t get() const noexcept { return v.load(std::memory_order_relaxed); }
+};
+
+verbs::Mtu mtu_enum(uint32_t bytes) {
+  switch (bytes) {
+    case 256: return verbs::Mtu::M256;
+    case 512: return verbs::Mtu::M512;
+    case 2048: return verbs::Mtu::M2048;
+    case 4096: return verbs::Mtu::M4096;
+    default: return verbs::Mtu::M1024;
+  }
+}
+}  // namespace
+
+struct EngineShimBackend::Cq {
+  size_t core = 0;
+  uint32_t port = 0;
+  transport::Engine* eng = nullptr;
+  verbs::Cq* ecq = nullptr;
+  shim::RingProducer<droce_shm_cqe> ring;
+  int efd = -1;
+  bool dead = false;  // ring corrupt: nothing more is written
+};
+
+struct EngineShimBackend::Srq {
+  size_t core = 0;
+  uint32_t port = 0;
+  transport::Engine* eng = nullptr;
+  verbs::Srq* esrq = nullptr;
+  shim::RingConsumer<droce_shm_recv_wqe> ring;
+  uint32_t max_sge = 1;
+  ibv_srq_attr attr{};
+  bool dead = false;
+};
+
+struct EngineShimBackend::Qp {
+  size_t core = 0;
+  uint32_t port = 0;
+  uint32_t qpn = 0;
+  uint32_t pd = 0;
+  verbs::QpType type = verbs::QpType::RC;
+  transport::Engine* eng = nullptr;
+  transport::Qp* eqp = nullptr;
+  Cq* scq = nullptr;
+  Cq* rcq = nullptr;
+  shim::RingConsumer<droce_shm_send_wqe> sq;
+  shim::RingConsumer<droce_shm_recv_wqe> rq;
+  bool has_rq = false;
+  uint32_t max_send_sge = 1, max_recv_sge = 1;
+  bool dead = false;
+};
+
+struct EngineShimBackend::Core {
+  std::vector<Qp*> qps;  // core thread only (changed through run_on)
+  std::vector<Srq*> srqs;
+  std::vector<Cq*> cqs;
+  Ctr sq_wqes, rq_wqes, cqes, bad_wqes, corrupt, events;
+};
+
+EngineShimBackend::EngineShimBackend(engine::Dataplane& dp, const config::Config& cfg)
+    : dp_(dp), cfg_(cfg), ahs_(new AhSlot[kMaxAhs]) {
+  for (size_t i = 0; i < dp_.core_count(); ++i) cores_.push_back(std::make_unique<Core>());
+  for (uint32_t i = kMaxAhs - 1; i >= 1; --i) free_ahs_.push_back(i);  // AH number 0 is never handed out
+}
+
+EngineShimBackend::~EngineShimBackend() { stop(); }
+
+void EngineShimBackend::start() {
+  if (started_) return;
+  for (size_t i = 0; i < cores_.size(); ++i) {
+    Core* k = cores_[i].get();
+    pollers_.push_back(dp_.add_poller(i, [this, k]() { return poll_core(*k); }));
+  }
+  started_ = true;
+}
+
+void EngineShimBackend::stop() noexcept {
+  if (!started_) return;
+  for (size_t i = 0; i < pollers_.size(); ++i) dp_.remove_poller(i, pollers_[i]);
+  pollers_.clear();
+  started_ = false;
+}
+
+ShimBackendStats EngineShimBackend::stats() const {
+  ShimBackendStats s;
+  for (const auto& k : cores_) {
+    s.sq_wqes += k->sq_wqes.get();
+    s.rq_wqes += k->rq_wqes.get();
+    s.cqes += k->cqes.get();
+    s.bad_wqes += k->bad_wqes.get();
+    s.corrupt_rings += k->corrupt.get();
+    s.events += k->events.get();
+  }
+  return s;
+}
+
+int EngineShimBackend::on_core(size_t core, std::function<int(engine::CoreLoop&)> fn) {
+  auto rc = std::make_shared<int>(-ETIMEDOUT);
+  if (!dp_.run_on(core, [fn = std::move(fn), rc](engine::CoreLoop& c) { *rc = fn(c); })) return -ETIMEDOUT;
+  return *rc;
+}
+
+int EngineShimBackend::core_of(const ClientInfo& c) {
+  auto it = client_core_.find(c.id);
+  if (it != client_core_.end()) return it->second;
+  if (c.dev >= dp_.port_count()) return -ENODEV;
+  const int core = static_cast<int>(dp_.pick_core(c.dev));
+  client_core_[c.id] = core;
+  return core;
+}
+
+// ---- device ----
+
+uint32_t EngineShimBackend::device_count() { return static_cast<uint32_t>(dp_.port_count()); }
+
+int EngineShimBackend::device_info(uint32_t dev, shim::proto::DeviceInfo& out) {
+  if (dev >= dp_.port_count()) return -ENODEV;
+  std::snprintf(out.name, sizeof(out.name), "droce%u", dev);
+  const wire::MacAddr m = dp_.port(dev).host.mac;
+  // EUI-64 from the MAC, as the kernel derives RoCE node GUIDs.
+  uint64_t g = 0;
+  const uint8_t b[8] = {static_cast<uint8_t>(m[0] ^ 2), m[1], m[2], 0xff, 0xfe, m[3], m[4], m[5]};
+  for (uint8_t x : b) g = g << 8 | x;
+  out.node_guid = htobe64(g);
+  out.phys_port_cnt = 1;
+  return 0;
+}
+
+int EngineShimBackend::query_device(uint32_t dev, ibv_device_attr& a) {
+  shim::proto::DeviceInfo di{};
+  if (int rc = device_info(dev, di)) return rc;
+  a = ibv_device_attr{};
+  std::snprintf(a.fw_ver, sizeof(a.fw_ver), "droce 0.1.0");
+  a.node_guid = di.node_guid;
+  a.sys_image_guid = di.node_guid;
+  a.max_mr_size = 1ull << 40;
+  a.page_size_cap = 0xfffff000;
+  a.vendor_id = 0xffffff;
+  a.max_qp = static_cast<int>(cfg_.roce.max_qps);
+  a.max_qp_wr = 4096;
+  a.device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_SYS_IMAGE_GUID;
+  a.max_sge = verbs::kMaxSge;
+  a.max_sge_rd = verbs::kMaxSge;
+  a.max_cq = static_cast<int>(cfg_.roce.max_qps) * 2;
+  a.max_cqe = 32768;
+  a.max_mr = static_cast<int>(cfg_.roce.max_mrs);
+  a.max_pd = 1 << 20;
+  a.max_qp_rd_atom = verbs::kMaxRdAtomic;
+  a.max_res_rd_atom = verbs::kMaxRdAtomic * static_cast<int>(cfg_.roce.max_qps);
+  a.max_qp_init_rd_atom = verbs::kMaxRdAtomic;
+  a.atomic_cap = IBV_ATOMIC_HCA;
+  a.max_ah = kMaxAhs - 1;
+  a.max_srq = static_cast<int>(cfg_.roce.max_qps);
+  a.max_srq_wr = 4096;
+  a.max_srq_sge = verbs::kMaxSge;
+  a.max_pkeys = 1;
+  a.local_ca_ack_delay = 15;
+  a.phys_port_cnt = 1;
+  return 0;
+}
+
+int EngineShimBackend::query_port(uint32_t dev, uint32_t port, ibv_port_attr& p) {
+  if (dev >= dp_.port_count() || port != 1) return -EINVAL;
+  p = ibv_port_attr{};
+  p.state = IBV_PORT_ACTIVE;
+  // Ethernet MTU 1500 carries IB MTU 1024; larger only with a jumbo port.
+  const uint32_t eth_mtu = cfg_.ports.at(dev).mtu;
+  const ibv_mtu max = eth_mtu >= 4200 ? IBV_MTU_4096 : eth_mtu >= 2100 ? IBV_MTU_2048 : IBV_MTU_1024;
+  p.max_mtu = max;
+  p.active_mtu = std::min<ibv_mtu>(max, static_cast<ibv_mtu>(mtu_enum(cfg_.roce.path_mtu)));
+  p.gid_tbl_len = static_cast<int>(dp_.gids(dev).size());
+  p.max_msg_sz = verbs::kMaxMsgSize;
+  p.pkey_tbl_len = 1;
+  p.max_vl_num = 1;
+  p.active_width = 1;
+  p.active_speed = 32;
+  p.phys_state = 5;
+  p.link_layer = IBV_LINK_LAYER_ETHERNET;
+  return 0;
+}
+
+int EngineShimBackend::query_gid_table(uint32_t dev, uint32_t port, ibv_gid_entry* out, uint32_t max) {
+  if (dev >= dp_.port_count() || port != 1) return -EINVAL;
+  const auto& g = dp_.gids(dev);
+  const uint32_t n = std::min<uint32_t>(static_cast<uint32_t>(g.size()), max);
+  for (uint32_t i = 0; i < n; ++i) {
+    out[i] = ibv_gid_entry{};
+    std::memcpy(out[i].gid.raw, g.at(i).data(), 16);
+    out[i].gid_index = i;
+    out[i].port_num = 1;
+    out[i].gid_type = IBV_GID_TYPE_ROCE_V2;
+  }
+  return static_cast<int>(n);
+}
+
+// ---- PD, MR ----
+
+int EngineShimBackend::alloc_pd(const ClientInfo&, ObjId& out) {
+  out = dp_.alloc_pd();
+  return 0;
+}
+
+int EngineShimBackend::dealloc_pd(const ClientInfo&, ObjId) { return 0; }
+
+int EngineShimBackend::reg_mr(const ClientInfo& c, const shim::MrSetup& s, shim::MrResult& out) {
+  if (c.dev >= dp_.port_count()) return -ENODEV;
+  if (s.access & ~verbs::kAccessAll & ~static_cast<uint32_t>(IBV_ACCESS_ZERO_BASED | IBV_ACCESS_RELAXED_ORDERING))
+    return -EINVAL;  // MW bind, on-demand paging, ... are not offered
+  // IBTA: remote write/atomic need local write.
+  if ((s.access & (verbs::kAccessRemoteWrite | verbs::kAccessRemoteAtomic)) && !(s.access & verbs::kAccessLocalWrite))
+    return -EINVAL;
+  uint32_t key = 0;
+  const int rc = dp_.reg_mr_iova(c.dev, static_cast<uint32_t>(s.pd), s.addr, s.iova, s.length,
+                                 s.access & verbs::kAccessAll, &key);
+  if (rc) return -rc;
+  out.id = (uint64_t{c.dev} << 32) | key;
+  out.lkey = out.rkey = key;
+  return 0;
+}
+
+int EngineShimBackend::dereg_mr(const ClientInfo&, ObjId mr) {
+  const int rc = dp_.dereg_mr(static_cast<uint32_t>(mr >> 32), static_cast<uint32_t>(mr));
+  return -rc;
+}
+
+// ---- CQ ----
+
+int EngineShimBackend::create_cq(const ClientInfo& c, const shim::CqSetup& s, shim::CqResult& out) {
+  const int core = core_of(c);
+  if (core < 0) return core;
+  auto cq = std::make_unique<Cq>();
+  cq->core = static_cast<size_t>(core);
+  cq->port = c.dev;
+  cq->efd = s.eventfd;
+  if (!cq->ring.attach(s.ring, s.ring_entries)) return -EINVAL;
+  Cq* p = cq.get();
+  Core* k = cores_[cq->core].get();
+  const uint32_t depth = s.ring_entries;
+  const int rc = on_core(cq->core, [p, k, depth](engine::CoreLoop& l) {
+    p->eng = l.engine(p->port);
+    if (!p->eng) return -ENODEV;
+    p->ecq = p->eng->create_cq(depth);
+    if (!p->ecq) return -ENOMEM;
+    k->cqs.push_back(p);
+    return 0;
+  });
+  if (rc) {
+    if (rc == -ETIMEDOUT) cq.release();  // the core may still run it later: never free
+    return rc;
+  }
+  out.id = next_id_++;
+  out.cqn = static_cast<uint32_t>(out.id);
+  cqs_[out.id] = std::move(cq);
+  return 0;
+}
+
+int EngineShimBackend::destroy_cq(const ClientInfo&, ObjId id) {
+  auto it = cqs_.find(id);
+  if (it == cqs_.end()) return -ENOENT;
+  Cq* p = it->second.get();
+  Core* k = cores_[p->core].get();
+  const int rc = on_core(p->core, [p, k](engine::CoreLoop&) {
+    std::erase(k->cqs, p);
+    return -p->eng->destroy_cq(p->ecq);
+  });
+  if (rc == -ETIMEDOUT) {
+    it->second.release();
+  }
+  if (rc == -EBUSY) return rc;
+  cqs_.erase(it);
+  return rc == -ETIMEDOUT ? rc : 0;
+}
+
+// ---- SRQ ----
+
+int EngineShimBackend::create_srq(const ClientInfo& c, const shim::SrqSetup& s, shim::SrqResult& out) {
+  const int core = core_of(c);
+  if (core < 0) return core;
+  if (s.attr.max_sge > verbs::kMaxSge) return -EINVAL;
+  auto q = std::make_unique<Srq>();
+  q->core = static_cast<size_t>(core);
+  q->port = c.dev;
+  q->attr = s.attr;
+  q->max_sge = s.attr.max_sge;
+  if (!q->ring.attach(s.ring, s.ring_entries)) return -EINVAL;
+  Srq* p = q.get();
+  Core* k = cores_[q->core].get();
+  const uint32_t pd = static_cast<uint32_t>(s.pd);
+  const uint32_t depth = s.ring_entries;
+  const int rc = on_core(q->core, [p, k, pd, depth](engine::CoreLoop& l) {
+    p->eng = l.engine(p->port);
+    if (!p->eng) return -ENODEV;
+    p->esrq = p->eng->create_srq(verbs::Pd{pd}, depth);
+    if (!p->esrq) return -ENOMEM;
+    k->srqs.push_back(p);
+    return 0;
+  });
+  if (rc) {
+    if (rc == -ETIMEDOUT) q.release();
+    return rc;
+  }
+  out.id = next_id_++;
+  out.srqn = static_cast<uint32_t>(out.id);
+  srqs_[out.id] = std::move(q);
+  return 0;
+}
+
+int EngineShimBackend::modify_srq(const ClientInfo&, ObjId id, const ibv_srq_attr& a, uint32_t mask) {
+  auto it = srqs_.find(id);
+  if (it == srqs_.end()) return -ENOENT;
+  if (mask & IBV_SRQ_MAX_WR) return -EOPNOTSUPP;  // no resize
+  if (mask & IBV_SRQ_LIMIT) {
+    if (a.srq_limit > it->second->attr.max_wr) return -EINVAL;
+    it->second->attr.srq_limit = a.srq_limit;  // recorded; no asynchronous events (README)
+  }
+  return 0;
+}
+
+int EngineShimBackend::query_srq(const ClientInfo&, ObjId id, ibv_srq_attr& out) {
+  auto it = srqs_.find(id);
+  if (it == srqs_.end()) return -ENOENT;
+  out = it->second->attr;
+  return 0;
+}
+
+int EngineShimBackend::destroy_srq(const ClientInfo&, ObjId id) {
+  auto it = srqs_.find(id);
+  if (it == srqs_.end()) return -ENOENT;
+  Srq* p = it->second.get();
+  Core* k = cores_[p->core].get();
+  const int rc = on_core(p->core, [p, k](engine::CoreLoop&) {
+    std::erase(k->srqs, p);
+    return -p->eng->destroy_srq(p->esrq);
+  });
+  if (rc == -EBUSY) return rc;
+  if (rc == -ETIMEDOUT) it->second.release();
+  srqs_.erase(it);
+  return rc == -ETIMEDOUT ? rc : 0;
+}
+
+// ---- QP ----
+
+int EngineShimBackend::create_qp(const ClientInfo& c, const shim::QpSetup& s, shim::QpResult& out) {
+  const int core = core_of(c);
+  if (core < 0) return core;
+  verbs::QpType type;
+  switch (s.type) {
+    case IBV_QPT_RC: type = verbs::QpType::RC; break;
+    case IBV_QPT_UC: type = verbs::QpType::UC; break;
+    case IBV_QPT_UD: type = verbs::QpType::UD; break;
+    default: return -EOPNOTSUPP;
+  }
+  auto scq = cqs_.find(s.send_cq), rcq = cqs_.find(s.recv_cq);
+  if (scq == cqs_.end() || rcq == cqs_.end()) return -EINVAL;
+  Srq* srq = nullptr;
+  if (s.srq != 0) {
+    auto it = srqs_.find(s.srq);
+    if (it == srqs_.end()) return -EINVAL;
+    srq = it->second.get();
+  }
+  if (s.cap.max_send_sge > verbs::kMaxSge || s.cap.max_recv_sge > verbs::kMaxSge) return -EINVAL;
+  auto q = std::make_unique<Qp>();
+  q->core = static_cast<size_t>(core);
+  q->port = c.dev;
+  q->pd = static_cast<uint32_t>(s.pd);
+  q->type = type;
+  q->scq = scq->second.get();
+  q->rcq = rcq->second.get();
+  if (q->scq->core != q->core || q->rcq->core != q->core || (srq && srq->core != q->core)) return -EINVAL;
+  q->max_send_sge = std::max<uint32_t>(s.cap.max_send_sge, 1);
+  q->max_recv_sge = std::max<uint32_t>(s.cap.max_recv_sge, 1);
+  if (!q->sq.attach(s.sq, s.sq_entries)) return -EINVAL;
+  if (s.rq) {
+    if (!q->rq.attach(s.rq, s.rq_entries)) return -EINVAL;
+    q->has_rq = true;
+  }
+  verbs::QpInitAttr init;
+  init.qp_type = type;
+  init.pd = q->pd;
+  init.send_cq = q->scq->ecq;
+  init.recv_cq = q->rcq->ecq;
+  init.srq = srq ? srq->esrq : nullptr;
+  init.sq_sig_all = s.sq_sig_all;
+  init.cap.max_send_wr = s.sq_entries;
+  init.cap.max_recv_wr = s.rq ? s.rq_entries : 0;
+  init.cap.max_send_sge = q->max_send_sge;
+  init.cap.max_recv_sge = q->max_recv_sge;
+  init.cap.max_inline_data = std::min<uint32_t>(s.cap.max_inline_data, DROCE_SHM_MAX_INLINE);
+  Qp* p = q.get();
+  Core* k = cores_[q->core].get();
+  const int rc = on_core(q->core, [p, k, init](engine::CoreLoop& l) {
+    if (l.engine(p->port) != p->scq->eng) return -EINVAL;
+    p->eng = p->scq->eng;
+    if (int e = p->eng->create_qp(init, &p->qpn)) return -e;
+    p->eqp = p->eng->qp(p->qpn);
+    k->qps.push_back(p);
+    return 0;
+  });
+  if (rc) {
+    if (rc == -ETIMEDOUT) q.release();
+    return rc;
+  }
+  out.id = next_id_++;
+  out.qpn = p->qpn;
+  qps_[out.id] = std::move(q);
+  return 0;
+}
+
+int EngineShimBackend::to_ah(uint32_t port, const ibv_ah_attr& a, verbs::Ah& out) {
+  if (!a.is_global) return -EINVAL;  // RoCE: every address is a GID
+  if (a.port_num != 1) return -EINVAL;
+  if (a.grh.sgid_index >= dp_.gids(port).size()) return -EINVAL;
+  std::memcpy(out.dgid.data(), a.grh.dgid.raw, 16);
+  out.traffic_class = a.grh.traffic_class ? a.grh.traffic_class : dp_.tclass(port);
+  out.hop_limit = a.grh.hop_limit ? a.grh.hop_limit : 64;
+  out.flow_label = a.grh.flow_label;
+  if (!dp_.resolve(port, out.dgid, out.dmac)) return -EHOSTUNREACH;
+  return 0;
+}
+
+int EngineShimBackend::modify_qp(const ClientInfo&, ObjId id, const ibv_qp_attr& a, uint32_t mask) {
+  auto it = qps_.find(id);
+  if (it == qps_.end()) return -ENOENT;
+  Qp* p = it->second.get();
+  constexpr uint32_t kSupported = verbs::kQpState | verbs::kQpCurState | verbs::kQpAccessFlags | verbs::kQpPkeyIndex |
+                                  verbs::kQpPort | verbs::kQpQkey | verbs::kQpAv | verbs::kQpPathMtu |
+                                  verbs::kQpTimeout | verbs::kQpRetryCnt | verbs::kQpRnrRetry | verbs::kQpRqPsn |
+                                  verbs::kQpMaxQpRdAtomic | verbs::kQpMinRnrTimer | verbs::kQpSqPsn |
+                                  verbs::kQpMaxDestRdAtomic | verbs::kQpDestQpn;
+  if (mask & ~kSupported) return -EOPNOTSUPP;
+  verbs::QpAttr v;
+  v.qp_state = static_cast<verbs::QpState>(a.qp_state);
+  v.cur_qp_state = static_cast<verbs::QpState>(a.cur_qp_state);
+  if ((mask & verbs::kQpState) && a.qp_state > IBV_QPS_ERR) return -EINVAL;
+  if ((mask & verbs::kQpPathMtu) && (a.path_mtu < IBV_MTU_256 || a.path_mtu > IBV_MTU_4096)) return -EINVAL;
+  v.path_mtu = static_cast<verbs::Mtu>(a.path_mtu);
+  v.qkey = a.qkey;
+  v.rq_psn = a.rq_psn & 0xffffff;
+  v.sq_psn = a.sq_psn & 0xffffff;
+  v.dest_qp_num = a.dest_qp_num & 0xffffff;
+  v.qp_access_flags = static_cast<uint32_t>(a.qp_access_flags) & verbs::kAccessAll;
+  v.pkey_index = a.pkey_index;
+  v.max_rd_atomic = std::min<uint8_t>(a.max_rd_atomic, verbs::kMaxRdAtomic);
+  v.max_dest_rd_atomic = std::min<uint8_t>(a.max_dest_rd_atomic, verbs::kMaxRdAtomic);
+  v.min_rnr_timer = a.min_rnr_timer;
+  v.port_num = a.port_num;
+  v.timeout = a.timeout;
+  v.retry_cnt = a.retry_cnt;
+  v.rnr_retry = a.rnr_retry;
+  if ((mask & verbs::kQpPort) && a.port_num != 1) return -EINVAL;
+  if (mask & verbs::kQpAv) {
+    if (int rc = to_ah(p->port, a.ah_attr, v.ah_attr)) return rc;
+  }
+  const uint32_t mtu_bytes = cfg_.roce.path_mtu;
+  return on_core(p->core, [p, v, mask, mtu_bytes](engine::CoreLoop&) {
+    const int rc = p->eng->modify_qp(p->qpn, v, mask);
+    // UD has no path MTU attribute: the port's.
+    if (rc == 0 && p->type == verbs::QpType::UD && (mask & verbs::kQpState) && v.qp_state == verbs::QpState::Rtr)
+      p->eqp->mtu = mtu_bytes;
+    return -rc;
+  });
+}
+
+int EngineShimBackend::query_qp(const ClientInfo&, ObjId id, uint32_t, ibv_qp_attr& out) {
+  auto it = qps_.find(id);
+  if (it == qps_.end()) return -ENOENT;
+  Qp* p = it->second.get();
+  auto v = std::make_shared<verbs::QpAttr>();
+  if (int rc = on_core(p->core, [p, v](engine::CoreLoop&) { return -p->eng->query_qp(p->qpn, v.get()); })) return rc;
+  out = ibv_qp_attr{};
+  out.qp_state = static_cast<ibv_qp_state>(v->qp_state);
+  out.cur_qp_state = static_cast<ibv_qp_state>(v->qp_state);
+  out.path_mtu = static_cast<ibv_mtu>(v->path_mtu);
+  out.qkey = v->qkey;
+  out.rq_psn = v->rq_psn;
+  out.sq_psn = v->sq_psn;
+  out.dest_qp_num = v->dest_qp_num;
+  out.qp_access_flags = static_cast<int>(v->qp_access_flags);
+  out.cap.max_send_wr = v->cap.max_send_wr;
+  out.cap.max_recv_wr = v->cap.max_recv_wr;
+  out.cap.max_send_sge = v->cap.max_send_sge;
+  out.cap.max_recv_sge = v->cap.max_recv_sge;
+  out.cap.max_inline_data = v->cap.max_inline_data;
+  out.ah_attr.is_global = 1;
+  out.ah_attr.port_num = 1;
+  std::memcpy(out.ah_attr.grh.dgid.raw, v->ah_attr.dgid.data(), 16);
+  out.ah_attr.grh.traffic_class = v->ah_attr.traffic_class;
+  out.ah_attr.grh.hop_limit = v->ah_attr.hop_limit;
+  out.ah_attr.grh.flow_label = v->ah_attr.flow_label;
+  out.pkey_index = v->pkey_index;
+  out.max_rd_atomic = v->max_rd_atomic;
+  out.max_dest_rd_atomic = v->max_dest_rd_atomic;
+  out.min_rnr_timer = v->min_rnr_timer;
+  out.port_num = 1;
+  out.timeout = v->timeout;
+  out.retry_cnt = v->retry_cnt;
+  out.rnr_retry = v->rnr_retry;
+  return 0;
+}
+
+int EngineShimBackend::destroy_qp(const ClientInfo&, ObjId id) {
+  auto it = qps_.find(id);
+  if (it == qps_.end()) return -ENOENT;
+  Qp* p = it->second.get();
+  Core* k = cores_[p->core].get();
+  const int rc = on_core(p->core, [p, k](engine::CoreLoop&) {
+    std::erase(k->qps, p);
+    return -p->eng->destroy_qp(p->qpn);
+  });
+  if (rc == -ETIMEDOUT) it->second.release();
+  qps_.erase(it);
+  return rc == -ETIMEDOUT ? rc : 0;
+}
+
+// ---- AH ----
+
+int EngineShimBackend::create_ah(const ClientInfo& c, ObjId pd, const ibv_ah_attr& a, shim::AhResult& out) {
+  if (c.dev >= dp_.port_count()) return -ENODEV;
+  if (free_ahs_.empty()) return -ENOMEM;
+  verbs::Ah ah;
+  if (int rc = to_ah(c.dev, a, ah)) return rc;
+  const uint32_t n = free_ahs_.back();
+  free_ahs_.pop_back();
+  AhSlot& s = ahs_[n];
+  s.ah = ah;
+  s.pd = static_cast<uint32_t>(pd);
+  s.port = c.dev;
+  // RELEASE: a core that sees live reads the fields written above.
+  s.live.store(1, std::memory_order_release);
+  out.id = n;
+  out.ah_num = n;
+  return 0;
+}
+
+int EngineShimBackend::destroy_ah(const ClientInfo&, ObjId id) {
+  if (id == 0 || id >= kMaxAhs || ahs_[id].live.load() == 0) return -ENOENT;
+  ahs_[id].live.store(0, std::memory_order_release);
+  // Every core passes one loop iteration: none still reads the slot (the
+  // engine copies the AH into its WQE at post time).
+  for (size_t i = 0; i < cores_.size(); ++i) on_core(i, [](engine::CoreLoop&) { return 0; });
+  free_ahs_.push_back(static_cast<uint32_t>(id));
+  return 0;
+}
+
+void EngineShimBackend::client_gone(const ClientInfo& c) { client_core_.erase(c.id); }
+
+// ---- data path (core threads) ----
+
+void EngineShimBackend::qp_error(Qp& q, verbs::Cq* cq, uint64_t wr_id, verbs::WcStatus st, bool send) noexcept {
+  verbs::Wc wc;
+  wc.wr_id = wr_id;
+  wc.status = st;
+  wc.opcode = send ? verbs::WcOpcode::Send : verbs::WcOpcode::Recv;
+  wc.qp_num = q.qpn;
+  q.eng->complete(cq, wc);
+  verbs::QpAttr a;
+  a.qp_state = verbs::QpState::Err;
+  q.eng->modify_qp(q.qpn, a, verbs::kQpState);
+}
+
+uint32_t EngineShimBackend::drain_qp(Core& k, Qp& q) noexcept {
+  if (q.dead) return 0;
+  const verbs::QpState st = q.eqp->state;
+  uint32_t work = 0;
+  // Receive ring: into the engine's RQ while it has room.
+  if (q.has_rq) {
+    const uint32_t n = std::min(q.rq.available(), kBatch);
+    uint32_t i = 0;
+    for (; i < n; ++i) {
+      droce_shm_recv_wqe w;
+      q.rq.copy(i, &w);  // copy out first: the client can still write the slot
+      if (st == verbs::QpState::Reset) continue;  // RESET drops what is posted
+      verbs::RecvWr r;
+      r.wr_id = w.wr_id;
+      if (w.num_sge > q.max_recv_sge) {
+        k.bad_wqes.add(1);
+        qp_error(q, q.rcq->ecq, w.wr_id, verbs::WcStatus::LocLenErr, false);
+        continue;
+      }
+      r.num_sge = w.num_sge;
+      for (uint32_t j = 0; j < w.num_sge; ++j) r.sg_list[j] = {w.sge[j].addr, w.sge[j].length, w.sge[j].lkey};
+      const int rc = q.eng->post_recv(q.qpn, r);
+      if (rc == ENOMEM) break;  // engine RQ full: the rest waits in the ring
+      if (rc != 0) {
+        k.bad_wqes.add(1);
+        qp_error(q, q.rcq->ecq, w.wr_id, verbs::WcStatus::LocQpOpErr, false);
+      }
+    }
+    if (i) {
+      q.rq.release(i);
+      k.rq_wqes.add(i);
+      work += i;
+    }
+    if (q.rq.corrupt()) {
+      q.dead = true;
+      k.corrupt.add(1);
+      verbs::QpAttr a;
+      a.qp_state = verbs::QpState::Err;
+      q.eng->modify_qp(q.qpn, a, verbs::kQpState);
+      return work;
+    }
+  }
+  // Send ring: held while the QP cannot send yet (INIT, RTR).
+  if (st == verbs::QpState::Init || st == verbs::QpState::Rtr) return work;
+  const uint32_t n = std::min(q.sq.available(), kBatch);
+  uint32_t i = 0;
+  for (; i < n; ++i) {
+    droce_shm_send_wqe w;
+    q.sq.copy(i, &w);  // copy out first, then validate our copy
+    if (q.eqp->state == verbs::QpState::Reset) continue;
+    verbs::SendWr s;
+    s.wr_id = w.wr_id;
+    s.send_flags = w.send_flags & (verbs::kSendFence | verbs::kSendSignaled | verbs::kSendSolicited |
+                                   verbs::kSendInline);
+    bool ok = w.opcode < wire::kNumWrOpcodes;
+    s.opcode = static_cast<verbs::WrOpcode>(w.opcode);
+    if (ok && (w.send_flags & DROCE_SEND_INLINE)) {
+      ok = w.inline_len <= DROCE_SHM_MAX_INLINE;
+      // The engine copies inline bytes at post time, from our copy.
+      s.num_sge = w.inline_len ? 1 : 0;
+      s.sg_list[0] = {reinterpret_cast<uint64_t>(w.u.inline_data), w.inline_len, 0};
+    } else if (ok) {
+      ok = w.num_sge <= q.max_send_sge;
+      s.num_sge = w.num_sge;
+      for (uint32_t j = 0; ok && j < w.num_sge; ++j)
+        s.sg_list[j] = {w.u.sge[j].addr, w.u.sge[j].length, w.u.sge[j].lkey};
+    }
+    s.imm_data = w.imm_data;
+    s.invalidate_rkey = w.imm_data;
+    s.rdma.remote_addr = w.remote_addr;
+    s.rdma.rkey = w.rkey;
+    s.atomic.remote_addr = w.remote_addr;
+    s.atomic.rkey = w.rkey;
+    s.atomic.compare_add = w.compare_add;
+    s.atomic.swap = w.swap;
+    if (ok && q.type == verbs::QpType::UD) {
+      // The AH must exist and belong to the QP's PD (one client cannot use
+      // another's AH by guessing its number).
+      const uint32_t a = w.ah;
+      ok = a != 0 && a < kMaxAhs && ahs_[a].live.load(std::memory_order_acquire) && ahs_[a].pd == q.pd &&
+           ahs_[a].port == q.port;
+      if (ok) s.ud.ah = &ahs_[a].ah;
+      s.ud.remote_qpn = w.remote_qpn & 0xffffff;
+      s.ud.remote_qkey = w.remote_qkey;
+    }
+    int rc = ok ? q.eng->post_send(q.qpn, s) : EINVAL;
+    if (rc == ENOMEM) break;  // engine SQ full: the rest waits in the ring
+    if (rc != 0) {
+      k.bad_wqes.add(1);
+      qp_error(q, q.scq->ecq, w.wr_id, verbs::WcStatus::LocQpOpErr, true);
+    }
+  }
+  // The slots go back before any completion of these WRs can be published
+  // (the CQs are drained after every QP, and the engine completes later).
+  if (i) {
+    q.sq.release(i);
+    k.sq_wqes.add(i);
+    work += i;
+  }
+  if (q.sq.corrupt()) {
+    q.dead = true;
+    k.corrupt.add(1);
+    verbs::QpAttr a;
+    a.qp_state = verbs::QpState::Err;
+    q.eng->modify_qp(q.qpn, a, verbs::kQpState);
+  }
+  return work;
+}
+
+uint32_t EngineShimBackend::drain_srq(Core& k, Srq& s) noexcept {
+  if (s.dead) return 0;
+  const uint32_t n = std::min(s.ring.available(), kBatch);
+  uint32_t i = 0;
+  for (; i < n; ++i) {
+    droce_shm_recv_wqe w;
+    s.ring.copy(i, &w);
+    if (w.num_sge > s.max_sge) {  // no QP to fail: dropped and counted
+      k.bad_wqes.add(1);
+      continue;
+    }
+    verbs::RecvWr r;
+    r.wr_id = w.wr_id;
+    r.num_sge = w.num_sge;
+    for (uint32_t j = 0; j < w.num_sge; ++j) r.sg_list[j] = {w.sge[j].addr, w.sge[j].length, w.sge[j].lkey};
+    if (s.eng->post_srq_recv(s.esrq, r) == ENOMEM) break;
+  }
+  if (i) s.ring.release(i);
+  if (s.ring.corrupt()) {
+    s.dead = true;
+    k.corrupt.add(1);
+  }
+  if (i) k.rq_wqes.add(i);
+  return i;
+}
+
+uint32_t EngineShimBackend::drain_cq(Core& k, Cq& c) noexcept {
+  if (c.dead || c.ecq->pending() == 0) return 0;
+  uint32_t room = c.ring.free_slots(kBatch);
+  if (c.ring.corrupt()) {
+    c.dead = true;
+    k.corrupt.add(1);
+    return 0;
+  }
+  room = std::min(room, kBatch);
+  if (room == 0) return 0;  // the client has not reaped: completions wait in the engine CQ
+  verbs::Wc wc[kBatch];
+  const int n = c.ecq->poll(wc, static_cast<int>(room));
+  bool error = false;
+  for (int i = 0; i < n; ++i) {
+    droce_shm_cqe* e = c.ring.slot(static_cast<uint32_t>(i));
+    const verbs::Wc& w = wc[i];
+    e->wr_id = w.wr_id;
+    e->status = static_cast<uint32_t>(w.status);
+    e->opcode = static_cast<uint32_t>(w.opcode);
+    e->vendor_err = w.vendor_err;
+    e->byte_len = w.byte_len;
+    e->imm_data = w.imm_data;
+    e->qp_num = w.qp_num;
+    e->src_qp = w.src_qp;
+    e->wc_flags = w.wc_flags;
+    e->pkey_index = w.pkey_index;
+    e->slid = w.slid;
+    e->sl = w.sl;
+    e->dlid_path_bits = w.dlid_path_bits;
+    error |= w.status != verbs::WcStatus::Success;
+  }
+  if (n <= 0) return 0;
+  c.ring.publish(static_cast<uint32_t>(n));
+  // The engine does not record the solicited bit: a solicited-only arm is
+  // woken by the next completion (a spurious wake-up, never a lost one).
+  (void)error;
+  if (shim::cq_consume_arm(c.ring.hdr(), true) && c.efd >= 0) {
+    k.events.add(1);
+    uint64_t one = 1;
+    if (write(c.efd, &one, sizeof(one)) < 0) {
+      // eventfd saturated: the client is not reading; nothing to do
+    }
+  }
+  return static_cast<uint32_t>(n);
+}
+
+uint32_t EngineShimBackend::poll_core(Core& k) noexcept {
+  uint32_t work = 0;
+  for (Qp* q : k.qps) work += drain_qp(k, *q);
+  for (Srq* s : k.srqs) work += drain_srq(k, *s);
+  uint32_t cqes = 0;
+  for (Cq* c : k.cqs) cqes += drain_cq(k, *c);
+  if (cqes) k.cqes.add(cqes);
+  return work + cqes;
+}
+
+}  // namespace droce::daemon

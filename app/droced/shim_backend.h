@@ -1,0 +1,111 @@
+// droced's ShimBackend: the shim's verbs objects on the real engine.
+//
+// Placement: a client's CQs, SRQs and QPs all live on one core of the port
+// (its device), picked round robin when the client creates its first of
+// them; the QPN is handed out by that core's engine, so the core owns it.
+// One core per client keeps every shared-memory ring single-producer /
+// single-consumer (a CQ shared by several QPs has one producer). Clients
+// spread over the cores.
+//
+// Every control operation runs on the owning core through Dataplane::run_on.
+// A per-core poller (Dataplane::add_poller) drains each shim QP's send and
+// receive rings and each SRQ ring (every entry copied out, then validated)
+// into Engine::post_send / post_recv / post_srq_recv, returns the slots, then
+// copies the engine CQs' completions into the shim CQ rings and signals
+// armed CQs' eventfds. No allocation or lock per work request.
+//
+// MRs: the ShimServer maps the client's memfd; the backend registers the
+// daemon-side mapping in the engine's MR table with the client's address as
+// IOVA (Dataplane::reg_mr_iova, replicated on every core of the port): the
+// engine checks PD, bounds and access on every local and remote access.
+#pragma once
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "config/config.h"
+#include "engine/dataplane.h"
+#include "shim/backend.h"
+#include "shim/ring.h"
+
+namespace droce::daemon {
+
+struct ShimBackendStats {
+  uint64_t sq_wqes = 0, rq_wqes = 0, cqes = 0, bad_wqes = 0, corrupt_rings = 0, events = 0;
+};
+
+class EngineShimBackend final : public shim::ShimBackend {
+ public:
+  EngineShimBackend(engine::Dataplane& dp, const config::Config& cfg);
+  ~EngineShimBackend() override;
+  // Installs / removes the per-core pollers.
+  void start();
+  void stop() noexcept;
+  ShimBackendStats stats() const;
+
+  uint32_t device_count() override;
+  int device_info(uint32_t dev, shim::proto::DeviceInfo& out) override;
+  int query_device(uint32_t dev, ibv_device_attr& out) override;
+  int query_port(uint32_t dev, uint32_t port, ibv_port_attr& out) override;
+  int query_gid_table(uint32_t dev, uint32_t port, ibv_gid_entry* out, uint32_t max) override;
+  int alloc_pd(const shim::ClientInfo& c, shim::ObjId& out) override;
+  int dealloc_pd(const shim::ClientInfo& c, shim::ObjId pd) override;
+  int reg_mr(const shim::ClientInfo& c, const shim::MrSetup& s, shim::MrResult& out) override;
+  int dereg_mr(const shim::ClientInfo& c, shim::ObjId mr) override;
+  int create_cq(const shim::ClientInfo& c, const shim::CqSetup& s, shim::CqResult& out) override;
+  int destroy_cq(const shim::ClientInfo& c, shim::ObjId cq) override;
+  int create_srq(const shim::ClientInfo& c, const shim::SrqSetup& s, shim::SrqResult& out) override;
+  int modify_srq(const shim::ClientInfo& c, shim::ObjId srq, const ibv_srq_attr& a, uint32_t mask) override;
+  int query_srq(const shim::ClientInfo& c, shim::ObjId srq, ibv_srq_attr& out) override;
+  int destroy_srq(const shim::ClientInfo& c, shim::ObjId srq) override;
+  int create_qp(const shim::ClientInfo& c, const shim::QpSetup& s, shim::QpResult& out) override;
+  int modify_qp(const shim::ClientInfo& c, shim::ObjId qp, const ibv_qp_attr& a, uint32_t mask) override;
+  int query_qp(const shim::ClientInfo& c, shim::ObjId qp, uint32_t mask, ibv_qp_attr& out) override;
+  int destroy_qp(const shim::ClientInfo& c, shim::ObjId qp) override;
+  int create_ah(const shim::ClientInfo& c, shim::ObjId pd, const ibv_ah_attr& a, shim::AhResult& out) override;
+  int destroy_ah(const shim::ClientInfo& c, shim::ObjId ah) override;
+  void client_gone(const shim::ClientInfo& c) override;
+
+  static constexpr uint32_t kMaxAhs = 4096;
+
+ private:
+  struct Cq;
+  struct Srq;
+  struct Qp;
+  struct Core;
+  struct AhSlot {
+    verbs::Ah ah;
+    uint32_t pd = 0;
+    uint32_t port = 0;
+    std::atomic<uint32_t> live{0};  // release-published by the control thread
+  };
+
+  // Runs fn on core i; -ETIMEDOUT when the core did not answer.
+  int on_core(size_t core, std::function<int(engine::CoreLoop&)> fn);
+  int core_of(const shim::ClientInfo& c);
+  int to_ah(uint32_t port, const ibv_ah_attr& a, verbs::Ah& out);
+  uint32_t poll_core(Core& k) noexcept;
+  uint32_t drain_qp(Core& k, Qp& q) noexcept;
+  uint32_t drain_srq(Core& k, Srq& s) noexcept;
+  uint32_t drain_cq(Core& k, Cq& c) noexcept;
+  void qp_error(Qp& q, verbs::Cq* cq, uint64_t wr_id, verbs::WcStatus st, bool send) noexcept;
+
+  engine::Dataplane& dp_;
+  const config::Config& cfg_;
+  std::vector<std::unique_ptr<Core>> cores_;
+  std::vector<uint64_t> pollers_;
+  bool started_ = false;
+  std::unique_ptr<AhSlot[]> ahs_;
+  std::vector<uint32_t> free_ahs_;
+  // Control-thread state (the ShimServer thread).
+  std::map<uint64_t, int> client_core_;  // client id -> core
+  std::map<shim::ObjId, std::unique_ptr<Cq>> cqs_;
+  std::map<shim::ObjId, std::unique_ptr<Srq>> srqs_;
+  std::map<shim::ObjId, std::unique_ptr<Qp>> qps_;
+  shim::ObjId next_id_ = 1;
+};
+
+}  // namespace droce::daemon

@@ -1,0 +1,77 @@
+#include "shim_component.h"
+
+#include <spdlog/spdlog.h>
+
+#include <cstring>
+#include <stdexcept>
+
+namespace droce::daemon {
+
+using control::json;
+
+ShimComponent::ShimComponent(DaemonContext& ctx, ControlComponent& control, DataplaneComponent& dp)
+    : ctx_(ctx), dpc_(dp) {
+  control.server().add("shim", "verbs shim: clients, objects, shared memory, data-path counters",
+                       [this](const json&) { return status(); });
+}
+
+ShimComponent::~ShimComponent() { stop(); }
+
+void ShimComponent::start() {
+  engine::Dataplane* dp = dpc_.dataplane();
+  if (!dp) throw std::runtime_error("shim: the dataplane is not running");
+  backend_ = std::make_unique<EngineShimBackend>(*dp, ctx_.cfg);
+  backend_->start();
+  shim::ShimServerConfig sc;
+  sc.socket_path = ctx_.cfg.shim.socket;
+  sc.socket_mode = ctx_.cfg.shim.mode;
+  sc.max_clients = ctx_.cfg.shim.max_clients;
+  server_ = std::make_unique<shim::ShimServer>(*backend_, sc);
+  if (int rc = server_->listen()) {
+    server_.reset();
+    backend_.reset();
+    throw std::runtime_error("shim: cannot listen on " + sc.socket_path + ": " + std::strerror(-rc));
+  }
+  if (int rc = server_->start()) {
+    server_.reset();
+    backend_.reset();
+    throw std::runtime_error(std::string("shim: cannot start the server thread: ") + std::strerror(-rc));
+  }
+  spdlog::info("shim: verbs socket {} (clients set DROCE_SOCKET={})", sc.socket_path, sc.socket_path);
+}
+
+void ShimComponent::stop() noexcept {
+  if (server_) {
+    server_->stop();
+    server_.reset();  // destroys every client's objects (on their cores), unlinks the socket
+  }
+  if (backend_) {
+    backend_->stop();
+    backend_.reset();
+  }
+}
+
+json ShimComponent::status() const {
+  if (!server_ || !backend_) throw control::CommandError("the shim is not running");
+  const shim::ShimServerStats s = server_->stats();
+  json objs = json::object();
+  for (int k = 0; k < static_cast<int>(shim::ObjKind::Count_); ++k)
+    objs[shim::obj_kind_name(static_cast<shim::ObjKind>(k))] = s.objects[k];
+  const ShimBackendStats b = backend_->stats();
+  return json{{"socket", server_->socket_path()},
+              {"clients", s.clients},
+              {"clients_total", s.clients_total},
+              {"requests", s.requests},
+              {"errors", s.errors},
+              {"dropped", s.dropped},
+              {"objects", objs},
+              {"mapped_bytes", s.mapped_bytes},
+              {"sq_wqes", b.sq_wqes},
+              {"rq_wqes", b.rq_wqes},
+              {"cqes", b.cqes},
+              {"bad_wqes", b.bad_wqes},
+              {"corrupt_rings", b.corrupt_rings},
+              {"events", b.events}};
+}
+
+}  // namespace droce::daemon

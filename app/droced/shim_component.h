@@ -1,0 +1,34 @@
+// The shared-memory verbs shim as a droced Component: a ShimServer on the
+// [shim] socket over EngineShimBackend (the real engine, one core per
+// client), and the control command `shim` (clients, objects, mapped bytes,
+// data-path counters). Started after the dataplane, stopped before it: a
+// stop destroys every client's objects on their cores while the loops run.
+#pragma once
+
+#include <memory>
+
+#include "daemon.h"
+#include "dataplane_component.h"
+#include "shim/server.h"
+#include "shim_backend.h"
+
+namespace droce::daemon {
+
+class ShimComponent : public Component {
+ public:
+  ShimComponent(DaemonContext& ctx, ControlComponent& control, DataplaneComponent& dp);
+  ~ShimComponent() override;
+  std::string_view name() const override { return "shim"; }
+  void start() override;
+  void stop() noexcept override;
+
+ private:
+  control::json status() const;
+
+  DaemonContext& ctx_;
+  DataplaneComponent& dpc_;
+  std::unique_ptr<EngineShimBackend> backend_;
+  std::unique_ptr<shim::ShimServer> server_;
+};
+
+}  // namespace droce::daemon

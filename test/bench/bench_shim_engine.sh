@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# The verbs shim's cost on the real dataplane, in one run, same port type
+# (net_af_packet on a veth pair in a namespace of its own), same lcores
+# (node A / server on CPU 1, node B / client on CPU 0):
+#   shim:     Debian's perftest (ib_write_bw -s 64, ib_send_lat -s 64), a
+#             separate process per side, through the drop-in libibverbs.so.1
+#             and the shim rings into two droced nodes;
+#   embedded: the same workload through the embedding API in-process
+#             (droce-perf write_bw -s 64, send_lat -s 64: the application
+#             posts to the engine it polls itself).
+# Prints both and the ratio shim / embedded.
+#   bench_shim_engine.sh BUILD_DIR [SECONDS]
+set -uo pipefail
+build=$1
+secs=${2:-3}
+here=$(cd "$(dirname "$0")" && pwd)
+perf=$build/app/droce-perf/droce-perf
+shim=$(DROCE_BENCH_SECS=$secs bash "$here/../engine/shim_pair.sh" "$build/app/droced/droced" \
+  "$build/app/droce-ctl/droce-ctl" "$build/lib/shim/front" "$build/test/engine/shim_engine_check" bench 2>&1)
+line=$(grep '^SHIM_BENCH' <<<"$shim")
+s_mpps=$(sed -n 's/.*write64_mpps=\([0-9.]*\).*/\1/p' <<<"$line")
+s_lat=$(sed -n 's/.*send64_lat_typical_us=\([0-9.]*\).*/\1/p' <<<"$line")
+s_late=$(sed -n 's/.*send64_lat_events_us=\([0-9.]*\).*/\1/p' <<<"$line")
+[ -z "$line" ] && echo "$shim" | tail -n 30
+
+ns=droce-bs-$$
+tmp=$(mktemp -d)
+cleanup() { ip netns del "$ns" 2>/dev/null || true; rm -rf "$tmp"; }
+trap cleanup EXIT INT TERM
+ip netns add "$ns"
+ip -n "$ns" link set lo up
+ip -n "$ns" link add va type veth peer name vb
+for d in va vb; do
+  ip netns exec "$ns" sysctl -qw "net.ipv6.conf.$d.disable_ipv6=1"
+  ip -n "$ns" link set "$d" up
+done
+EAL=(--in-memory --no-pci --log-level=lib.eal:error --log-level=pmd.net.af_packet:error)
+port=18700
+perf_run() {  # perf_run OUTFILE ARGS...
+  local out=$1; shift
+  port=$((port + 1))
+  ip netns exec "$ns" timeout -k 5 $((secs + 30)) "$perf" "$@" -p "$port" --device "net_af_packet0,iface=vb" \
+    --ip 10.60.0.2 -- --lcores=0@1 "${EAL[@]}" >"$tmp/s.log" 2>&1 &
+  local sp=$!
+  for _ in $(seq 1 100); do grep -q 'waiting for the client' "$tmp/s.log" 2>/dev/null && break; sleep 0.1; done
+  ip netns exec "$ns" timeout -k 5 $((secs + 30)) "$perf" "$@" 127.0.0.1 -p "$port" --device "net_af_packet1,iface=va" \
+    --ip 10.60.0.1 -- --lcores=0@0 "${EAL[@]}" >"$out" 2>&1 || true
+  wait "$sp" || true
+}
+perf_run "$tmp/w64.log" write_bw -s 64 -D "$secs" -t 128
+perf_run "$tmp/l64.log" send_lat -s 64 -n 300
+e_mpps=$(awk '$1 == 64 && NF >= 5 {print $4}' "$tmp/w64.log" | tail -n 1)
+e_lat=$(awk '$1 == 64 && NF >= 5 {print $5}' "$tmp/l64.log" | tail -n 1)
+
+echo "== verbs shim (perftest, separate process, two droced) vs embedding API in-process (droce-perf), same run"
+awk -v sm="${s_mpps:-0}" -v em="${e_mpps:-0}" -v sl="${s_lat:-0}" -v el="${e_lat:-0}" -v se="${s_late:-0}" 'BEGIN {
+  printf "%-34s %14s %14s %8s\n", "case", "shim", "embedded", "ratio"
+  printf "%-34s %9.4f Mpps %9.4f Mpps %8s\n", "64 B RC WRITE message rate", sm, em, (em > 0 ? sprintf("%.3f", sm / em) : "n/a")
+  printf "%-34s %12.2f us %12.2f us %8s\n", "64 B RC SEND latency (typical)", sl, el, (el > 0 ? sprintf("%.3f", sl / el) : "n/a")
+  printf "%-34s %12.2f us %12.2f us %8s\n", "  same, shim app on events (-e)", se, el, (el > 0 ? sprintf("%.3f", se / el) : "n/a")
+}'

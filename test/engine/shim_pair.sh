@@ -1,0 +1,303 @@
+#!/usr/bin/env bash
+# Debian's unmodified ibverbs-utils and perftest binaries between two droced
+# nodes over real DPDK ports, through the verbs shim.
+#
+# One network namespace of our own holds a veth pair va/vb; droced A owns va
+# and droced B owns vb (net_af_packet), each with its [shim] socket. The
+# programs load the drop-in libibverbs.so.1 (LD_LIBRARY_PATH=FRONT_LIBDIR);
+# the server side talks to node A (DROCE_SOCKET=A's socket), the client side
+# to node B. Their out-of-band TCP exchange runs over the namespace's
+# loopback (the veth ends carry no kernel address: af_packet owns them and
+# the kernel must not answer ARP for the droce nodes' addresses), and the
+# RDMA traffic goes A <-> B through the two dataplanes and the veth.
+#
+# Checks: each tool reports success (pingpongs with -c: the receiver
+# validates the data); no QP, MR, shim object or shared memory is left on
+# either node (droce-ctl qps / mrs / shim); the bad cases of
+# shim_engine_check (another client's handle, bad rkey from the wire); a
+# client SIGKILLed mid-transfer leaves nothing while a data-validating pair
+# beside it completes.
+#   shim_pair.sh DROCED DROCE_CTL FRONT_LIBDIR SHIM_ENGINE_CHECK [quick|full|bench]
+set -uo pipefail
+DROCED=$1
+CTL=$2
+LIBDIR=$3
+CHECK=$4
+mode=${5:-full}
+ns=droce-s-$$
+T=$(mktemp -d /tmp/droce-shim-pair-XXXXXX)
+pids=()
+pass=0
+fail=0
+cleanup() {
+  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
+  for p in "${pids[@]}"; do
+    for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$p" 2>/dev/null
+    wait "$p" 2>/dev/null
+  done
+  ip netns del "$ns" 2>/dev/null || true
+  rm -rf "$T"
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM
+if ! ip netns add "$ns" 2>/dev/null; then echo "SKIP: cannot create network namespaces"; exit 77; fi
+in_ns() { ip netns exec "$ns" "$@"; }
+ip -n "$ns" link set lo up
+ip -n "$ns" link add va type veth peer name vb
+for d in va vb; do
+  in_ns sysctl -qw "net.ipv6.conf.$d.disable_ipv6=1"
+  ip -n "$ns" link set "$d" up
+done
+
+ok() { pass=$((pass + 1)); echo "ok   $*"; }
+bad() { fail=$((fail + 1)); echo "FAIL $*"; }
+
+# node NAME IFACE IP MAC LCORES
+node() {
+  local n=$1
+  cat >"$T/$n.toml" <<EOF
+[eal]
+args = ["--in-memory", "--no-pci", "--log-level=lib.eal:error", "--log-level=pmd.net.af_packet:error"]
+lcores = "$5"
+main_lcore = 0
+
+[[port]]
+name = "$2"
+device = "net_af_packet0,iface=$2"
+mac = "$4"
+ipv4 = ["$3/24"]
+
+[[core]]
+lcore = 1
+queues = [{ port = "$2", rx = 0 }]
+
+[roce]
+mr_memory_mb = 16
+
+[control]
+socket = "$T/$n-ctl.sock"
+mode = "0600"
+
+[shim]
+socket = "$T/$n-verbs.sock"
+mode = "0600"
+
+[log]
+level = "info"
+EOF
+  in_ns timeout -k 5 900 "$DROCED" --config "$T/$n.toml" >"$T/$n.log" 2>&1 &
+  pids+=($!)
+  local pid=$!
+  for _ in $(seq 150); do
+    [ -S "$T/$n-verbs.sock" ] && grep -q "running" "$T/$n.log" && return 0
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  cat "$T/$n.log"
+  return 1
+}
+# Two loops on a 2-CPU machine: A's core on CPU 1, B's on CPU 0.
+if node a va 10.40.0.1 02:00:0a:28:00:01 "0@0,1@1" && node b vb 10.40.0.2 02:00:0a:28:00:02 "0@1,1@0"; then
+  ok "two droced nodes with their shim sockets"
+else
+  bad "droced did not start"
+  exit 1
+fi
+SA=$T/a-verbs.sock
+SB=$T/b-verbs.sock
+export LD_LIBRARY_PATH=$LIBDIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+# Sanitizer build: the front is instrumented, Debian's binaries are not.
+pre=(env)
+[ -n "${DROCE_TEST_PRELOAD:-}" ] && pre=(env LD_PRELOAD="$DROCE_TEST_PRELOAD" ASAN_OPTIONS=detect_leaks=0)
+
+# The GID index of the nodes' IPv4 addresses (the same index on both).
+out=$(DROCE_SOCKET=$SA timeout 10 ibv_devinfo -v 2>&1)
+if echo "$out" | grep -q "hca_id:.*droce0" && echo "$out" | grep -q "::ffff:10.40.0.1, RoCE v2"; then
+  ok "ibv_devinfo -v against node A: droce0, RoCE v2 GID of 10.40.0.1"
+else
+  bad "ibv_devinfo -v against node A"
+  echo "$out" | tail -n 20
+fi
+gidx=$(echo "$out" | sed -n 's/.*GID\[ *\([0-9]*\)\]:.*::ffff:10.40.0.1.*/\1/p' | head -n 1)
+gidx=${gidx:-0}
+
+port=$((20000 + RANDOM % 20000))
+next_port() {
+  for _ in $(seq 100); do
+    port=$((port + 1))
+    [ -z "$(in_ns ss -Htln "sport = :$port" 2>/dev/null)" ] && return
+  done
+}
+
+# pair NAME CMD...: server side on node A, client side on node B ("localhost"
+# for the TCP exchange); both must exit 0 without reporting an error.
+pair() {
+  local name=$1
+  shift
+  next_port
+  DROCE_SOCKET=$SA in_ns timeout 90 "${pre[@]}" "$@" -p "$port" >"$T/pa.log" 2>&1 &
+  local apid=$!
+  sleep 0.4
+  DROCE_SOCKET=$SB in_ns timeout 90 "${pre[@]}" "$@" -p "$port" localhost >"$T/pb.log" 2>&1
+  local rb=$?
+  wait "$apid"
+  local ra=$?
+  if [ $ra -eq 0 ] && [ $rb -eq 0 ] && ! grep -qi "fail\|error\|couldn't" "$T/pa.log" "$T/pb.log"; then
+    ok "$name"
+    grep -E '^ *[0-9]+ +[0-9]+ ' "$T/pb.log" | tail -n 2 | sed 's/^/       /'
+  else
+    bad "$name (exit $ra/$rb)"
+    grep -v "^ *\(GID\|---\|local address\|remote address\)" "$T/pa.log" | tail -n 15 | sed 's/^/  A| /'
+    grep -v "^ *\(GID\|---\|local address\|remote address\)" "$T/pb.log" | tail -n 15 | sed 's/^/  B| /'
+  fi
+}
+
+ctl() { "$CTL" -s "$T/$1-ctl.sock" --json "${@:2}"; }
+# Nothing left on a node: no shim client/object/mapping, no QP, no MR.
+clean_node() {
+  python3 - "$(ctl "$1" call shim)" "$(ctl "$1" qps)" "$(ctl "$1" mrs)" <<'EOF'
+import json, sys
+s, q, m = (json.loads(a) for a in sys.argv[1:4])
+left = {k: v for k, v in s["objects"].items() if v}
+ok = s["clients"] == 0 and not left and s["mapped_bytes"] == 0 and not q["qps"] and not m["mrs"]
+if not ok:
+    print(f"  clients={s['clients']} objects={left} mapped={s['mapped_bytes']} qps={len(q['qps'])} mrs={len(m['mrs'])}")
+sys.exit(0 if ok else 1)
+EOF
+}
+no_objects() {
+  for _ in $(seq 50); do
+    clean_node a >/dev/null 2>&1 && clean_node b >/dev/null 2>&1 && return 0
+    sleep 0.1
+  done
+  clean_node a
+  clean_node b
+  return 1
+}
+
+if [ "$mode" = bench ]; then
+  # 64-byte WRITE message rate and SEND latency through the shim from
+  # separate processes (perftest), node A <-> node B.
+  secs=${DROCE_BENCH_SECS:-3}
+  pair "ib_write_bw -s 64 (shim)" ib_write_bw -x "$gidx" -s 64 -D "$secs" -t 128
+  cp "$T/pb.log" "$T/bench-bw.log"
+  pair "ib_send_lat -s 64 (shim)" ib_send_lat -x "$gidx" -s 64 -n 300
+  cp "$T/pb.log" "$T/bench-lat.log"
+  # The same with the application asleep on its completion channel (-e):
+  # one spinning loop per node instead of two on an oversubscribed host.
+  pair "ib_send_lat -s 64 -e (shim, events)" ib_send_lat -x "$gidx" -s 64 -n 300 -e
+  cp "$T/pb.log" "$T/bench-late.log"
+  bw=$(awk '$1 == 64 && NF >= 5 {print $5}' "$T/bench-bw.log" | tail -n 1)
+  lat=$(awk '$1 == 64 && NF >= 5 {print $5}' "$T/bench-lat.log" | tail -n 1)
+  late=$(awk '$1 == 64 && NF >= 5 {print $5}' "$T/bench-late.log" | tail -n 1)
+  echo "SHIM_BENCH write64_mpps=${bw:-0} send64_lat_typical_us=${lat:-0} send64_lat_events_us=${late:-0}"
+  echo "$pass passed, $fail failed"
+  [ $fail -eq 0 ]
+  exit
+fi
+
+# ibverbs-utils pingpongs (-c: the receiver validates the data).
+for s in 2 4096 1048576; do
+  [ "$mode" = quick ] && [ "$s" -gt 4096 ] && continue
+  n=50
+  [ "$s" -gt 4096 ] && n=4  # 1 MiB messages: a few round trips (af_packet on a loaded 2-CPU host)
+  pair "ibv_rc_pingpong -s $s" ibv_rc_pingpong -g "$gidx" -n "$n" -s "$s" -c
+  # UC has no retransmission: one frame af_packet drops (a descheduled loop on
+  # an oversubscribed host) loses a 1 MiB message and the pingpong waits
+  # forever; UC runs at the sizes that fit a few frames.
+  [ "$s" -le 4096 ] && pair "ibv_uc_pingpong -s $s" ibv_uc_pingpong -g "$gidx" -n "$n" -s "$s" -c
+done
+pair "ibv_rc_pingpong -e (completion channel)" ibv_rc_pingpong -g "$gidx" -n 100 -e -c
+pair "ibv_ud_pingpong -s 2" ibv_ud_pingpong -g "$gidx" -n 50 -s 2 -c
+pair "ibv_ud_pingpong -s 1024" ibv_ud_pingpong -g "$gidx" -n 50 -s 1024 -c
+pair "ibv_srq_pingpong" ibv_srq_pingpong -g "$gidx" -n 50 -c
+pair "ibv_srq_pingpong -s 65536" ibv_srq_pingpong -g "$gidx" -n 20 -s 65536 -c
+
+# perftest over its default TCP exchange: -a (2 B .. 8 MiB) where it passes,
+# else 2 B and 1 MiB.
+pair "ib_write_bw -a" ib_write_bw -x "$gidx" -a -n 5
+# READ -a (up to 8 MiB, 16 reads outstanding) runs out of retries at 4 MiB
+# when af_packet drops response bursts on this oversubscribed host: sizes.
+for s in 2 65536 1048576; do
+  pair "ib_read_bw -s $s" ib_read_bw -x "$gidx" -s "$s" -n 5
+done
+pair "ib_send_bw -a" ib_send_bw -x "$gidx" -a -n 5
+pair "ib_write_bw -c UC -s 65536" ib_write_bw -x "$gidx" -c UC -s 65536 -n 50
+# UD has no flow control: paced (SW rate limiter, 2000 pps) so that the
+# receiving node keeps up and no datagram is lost (a lost one hangs the server).
+pair "ib_send_bw -c UD" ib_send_bw -x "$gidx" -c UD -s 1024 -n 100 --rate_limit_type=SW --rate_limit=2000 --rate_units=p
+pair "ib_atomic_bw" ib_atomic_bw -x "$gidx" -n 200
+pair "ib_atomic_lat" ib_atomic_lat -x "$gidx" -n 200
+lat_sizes="2 1048576"
+[ "$mode" = quick ] && lat_sizes="2"
+for s in $lat_sizes; do
+  n=20
+  [ "$s" -gt 4096 ] && n=5  # perftest's minimum
+  pair "ib_write_lat -s $s" ib_write_lat -x "$gidx" -s "$s" -n "$n"
+  pair "ib_read_lat -s $s" ib_read_lat -x "$gidx" -s "$s" -n "$n"
+  pair "ib_send_lat -s $s" ib_send_lat -x "$gidx" -s "$s" -n "$n"
+done
+if no_objects; then ok "no QP, MR, shim object or shared memory left on either node"; else bad "objects left after the tools"; fi
+if ctl a call shim | python3 -c 'import json,sys; d=json.load(sys.stdin); sys.exit(0 if d["sq_wqes"] > 0 and d["rq_wqes"] > 0 and d["cqes"] > 0 and d["events"] > 0 and d["bad_wqes"] == 0 and d["clients_total"] > 10 else 1)'; then
+  ok "droce-ctl shim: WQEs consumed, CQEs produced, channel events, no bad WQE"
+else
+  bad "droce-ctl shim counters: $(ctl a call shim)"
+fi
+
+# The bad cases over the real engine.
+if in_ns timeout 60 "$CHECK" "$SA" "$SB" >"$T/check.log" 2>&1; then
+  ok "shim_engine_check: handle isolation, bad rkey -> REM_ACCESS_ERR with nothing written"
+  sed 's/^/       /' "$T/check.log"
+else
+  bad "shim_engine_check"
+  sed 's/^/       /' "$T/check.log"
+fi
+if no_objects; then ok "shim_engine_check left nothing behind"; else bad "shim_engine_check left objects"; fi
+
+# SIGKILL mid-transfer: an ib_write_bw pair runs for seconds; kill -9 its
+# client (node B side) while an ibv_rc_pingpong pair (validating data) runs
+# beside it.
+next_port
+DROCE_SOCKET=$SA in_ns timeout 60 "${pre[@]}" ib_write_bw -x "$gidx" -D 20 -p "$port" >"$T/ka.log" 2>&1 &
+kapid=$!
+sleep 0.4
+DROCE_SOCKET=$SB in_ns timeout 60 "${pre[@]}" ib_write_bw -x "$gidx" -D 20 -p "$port" localhost >"$T/kb.log" 2>&1 &
+kbpid=$!
+next_port
+DROCE_SOCKET=$SA in_ns timeout 60 "${pre[@]}" ibv_rc_pingpong -g "$gidx" -n 200 -c -p "$port" >"$T/ppa.log" 2>&1 &
+ppa=$!
+sleep 0.4
+DROCE_SOCKET=$SB in_ns timeout 60 "${pre[@]}" ibv_rc_pingpong -g "$gidx" -n 200 -c -p "$port" localhost >"$T/ppb.log" 2>&1 &
+ppb=$!
+sleep 2
+victim=$(pgrep -f "ib_write_bw -x $gidx -D 20 -p [0-9]* localhost" | while read -r p; do
+  [ "$(cat /proc/"$p"/comm 2>/dev/null)" = ib_write_bw ] && echo "$p"; done | head -n 1)
+mid=$(ctl b call shim 2>/dev/null)
+if [ -n "$victim" ] && echo "$mid" | grep -q '"qp": *[1-9]'; then
+  kill -KILL "$victim"
+  ok "ib_write_bw client (node B) killed with SIGKILL mid-transfer"
+  # Its server side on node A now fails (peer gone) or is stopped.
+  for p in $(pgrep -f "ib_write_bw -x $gidx -D 20 -p"); do
+    [ "$(cat /proc/"$p"/comm 2>/dev/null)" = ib_write_bw ] && kill -KILL "$p"
+  done
+  wait "$kapid" "$kbpid" 2>/dev/null
+  wait "$ppa"; ra=$?
+  wait "$ppb"; rb=$?
+  if [ $ra -eq 0 ] && [ $rb -eq 0 ]; then
+    ok "ibv_rc_pingpong beside the killed client completes with data verified"
+  else
+    bad "pingpong beside a killed client (exit $ra/$rb)"
+    tail -n 5 "$T/ppa.log" "$T/ppb.log"
+  fi
+  if no_objects; then ok "SIGKILLed client left no QP, MR or shared memory (droce-ctl shim / qps / mrs)"; else
+    bad "SIGKILLed client left objects"; fi
+else
+  bad "kill test: transfer not running (victim '$victim', node B: $mid)"
+  kill "$kapid" "$kbpid" "$ppa" "$ppb" 2>/dev/null
+fi
+for n in a b; do
+  if grep -qi "critical\|assert" "$T/$n.log"; then bad "node $n log has errors"; sed 's/^/  '"$n"'| /' "$T/$n.log" | tail -n 20; fi
+done
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]
