@@ -196,5 +196,7 @@ int main(int argc, char** argv) {
   check(a.conn.call<Op::QueryQp>({qa, IBV_QP_STATE}, qr) == 0 && qr.attr.qp_state == IBV_QPS_ERR,
         "requester QP in ERR after the access error");
   std::printf("%d failed\n", fails);
+  std::free(abuf);
+  std::free(bbuf);
   return fails == 0 ? 0 : 1;
 }

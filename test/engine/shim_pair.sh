@@ -112,7 +112,7 @@ pre=(env)
 [ -n "${DROCE_TEST_PRELOAD:-}" ] && pre=(env LD_PRELOAD="$DROCE_TEST_PRELOAD" ASAN_OPTIONS=detect_leaks=0)
 
 # The GID index of the nodes' IPv4 addresses (the same index on both).
-out=$(DROCE_SOCKET=$SA timeout 10 ibv_devinfo -v 2>&1)
+out=$(DROCE_SOCKET=$SA timeout 10 "${pre[@]}" ibv_devinfo -v 2>&1)
 if echo "$out" | grep -q "hca_id:.*droce0" && echo "$out" | grep -q "::ffff:10.40.0.1, RoCE v2"; then
   ok "ibv_devinfo -v against node A: droce0, RoCE v2 GID of 10.40.0.1"
 else
