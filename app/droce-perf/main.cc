@@ -24,6 +24,7 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <numeric>
 #include <stdexcept>
 #include <string>
@@ -180,6 +181,19 @@ int tcp_connect(const std::string& host, uint16_t port) {
     usleep(100000);
   }
   throw std::runtime_error("tcp: cannot connect to " + host + ":" + std::to_string(port));
+}
+
+// Waits (bounded) until the peer closes the TCP connection: recv returns 0.
+void wait_peer_closed(int fd, double timeout_s) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  uint8_t buf[kMsg];
+  while (std::chrono::steady_clock::now() < deadline) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 100) < 0 && errno != EINTR) return;
+    if (p.revents == 0) continue;
+    const ssize_t k = ::recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+    if (k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) return;
+  }
 }
 
 // ---------------------------------------------------------------- the node side
@@ -793,12 +807,16 @@ int run_client(const Opts& o, engine::Embedded& node) {
   std::printf("---------------------------------------------------------------------------------------\n");
   print_counters(node);
   std::printf("result: %s\n", all_ok ? "PASS (data verified)" : "FAIL");
-  close(fd);
+  std::fflush(stdout);
   node.dataplane().stop();
+  // Teardown order: the server closes its port first and then the TCP
+  // connection; we close ours after that (see close_after_peer in main).
+  wait_peer_closed(fd, 10.0);
+  close(fd);
   return all_ok ? 0 : 1;
 }
 
-int run_server(const Opts& o, engine::Embedded& node) {
+int run_server(const Opts& o, engine::Embedded& node, int* tcp_fd) {
   int fd = tcp_listen(o.tcp_port);
   auto poll = [&] { node.poll(); };
   Msg hello;
@@ -857,9 +875,20 @@ int run_server(const Opts& o, engine::Embedded& node) {
   }
   print_counters(node);
   std::printf("result: %s\n", total_err == 0 ? "PASS (data verified)" : "FAIL");
-  close(fd);
+  std::fflush(stdout);
   node.dataplane().stop();
+  *tcp_fd = fd;  // closed by main once the port is closed: the client waits for that
   return total_err == 0 ? 0 : 1;
+}
+
+// The memif PMD of DPDK 22.11 can crash when its device is closed while the
+// interrupt thread handles the peer's disconnect (the socket callback outlives
+// the device). So the two sides never close at once: the server closes first,
+// and the client closes only once its link is seen down (bounded, memif only:
+// other ports keep their link up when the peer goes).
+void close_after_peer(const Opts& o, engine::Embedded& node) {
+  if (o.device.rfind("net_memif", 0) != 0) return;
+  for (int i = 0; i < 200 && node.port().link().up; ++i) usleep(10000);
 }
 
 }  // namespace
@@ -911,14 +940,23 @@ int main(int argc, char** argv) {
   try {
     Params check = params_from(o);  // reject bad combinations before starting DPDK
     (void)check;
-    engine::Embedded node(embed_options(o, eal));
-    apply_faults(node, o);
-    if (o.gid_index >= node.gids().size())
+    auto node = std::make_unique<engine::Embedded>(embed_options(o, eal));
+    apply_faults(*node, o);
+    if (o.gid_index >= node->gids().size())
       throw std::runtime_error("-x " + std::to_string(o.gid_index) + ": the GID table has " +
-                               std::to_string(node.gids().size()) + " entries");
-    std::printf(" device %s mac %s gid[%u] %s\n", o.device.c_str(), dpdk::mac_to_string(node.port().mac()).c_str(),
-                o.gid_index, netstack::gid_to_string(node.gid(o.gid_index)).c_str());
-    return o.host.empty() ? run_server(o, node) : run_client(o, node);
+                               std::to_string(node->gids().size()) + " entries");
+    std::printf(" device %s mac %s gid[%u] %s\n", o.device.c_str(), dpdk::mac_to_string(node->port().mac()).c_str(),
+                o.gid_index, netstack::gid_to_string(node->gid(o.gid_index)).c_str());
+    if (!o.host.empty()) {
+      const int rc = run_client(o, *node);
+      close_after_peer(o, *node);
+      return rc;
+    }
+    int fd = -1;
+    const int rc = run_server(o, *node, &fd);
+    node.reset();  // the port is closed before the client learns we are done
+    if (fd >= 0) close(fd);
+    return rc;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "droce-perf: %s\n", e.what());
     return 1;
