@@ -727,6 +727,14 @@ void print_counters(engine::Embedded& node) {
               pc.sum(stats::PortCounter::rx_roce), pc.sum(stats::PortCounter::fault_rx_drop),
               pc.sum(stats::PortCounter::fault_rx_duplicate), pc.sum(stats::PortCounter::fault_rx_reorder),
               pc.sum(stats::PortCounter::fault_rx_corrupt), pc.sum(stats::PortCounter::rx_drop_bad_icrc));
+  try {  // what the device itself lost: a ring it overflowed, an mbuf it lacked
+    const dpdk::PortStats st = node.port().stats();
+    std::printf(" device: missed %lu rx errors %lu no mbuf %lu tx errors %lu | tx full %lu\n",
+                static_cast<unsigned long>(st.imissed), static_cast<unsigned long>(st.ierrors),
+                static_cast<unsigned long>(st.rx_nombuf), static_cast<unsigned long>(st.oerrors),
+                static_cast<unsigned long>(pc.sum(stats::PortCounter::tx_drop_full)));
+  } catch (const std::exception&) {
+  }
   uint64_t retx = 0, to = 0, naks = 0, fwd = 0;
   for (size_t c = 0; c < node.dataplane().core_count(); ++c) {
     auto* e = node.dataplane().core(c).engine(0);

@@ -84,7 +84,7 @@ for run in "${list[@]}"; do
   if [ "$crc" -eq 0 ] && wait "$spid"; then
     echo "ok: ${args[*]} $faults"
     grep -E '^ +[0-9]+ ' "$clog" | sed 's/^/    /'
-    grep -E 'transport:|port:' "$clog" | sed 's/^/    /'
+    grep -E 'transport:|port:|device:' "$clog" | sed 's/^/    /'
   else
     echo "FAIL: ${args[*]} $faults"
     sed 's/^/  client| /' "$clog"
