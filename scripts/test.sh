@@ -40,6 +40,22 @@ run_meson_tests() {
   tail -n 25 "$DROCE_ROOT/$dir/test-run.log"
   read -r p f < <(python3 "$here/count-tests.py" "$DROCE_ROOT/$dir/meson-logs/testlog.json")
   add "$name" "$p" "$f"
+  no_leftovers "$name" "$DROCE_ROOT/$dir"
+}
+
+# A test that leaves a process of the build running (a busy-polling daemon)
+# skews every test after it: count it as a failure, name it, and kill it.
+no_leftovers() {  # no_leftovers NAME BUILDDIR
+  local p exe left=()
+  for p in /proc/[0-9]*; do
+    exe=$(readlink "$p/exe" 2>/dev/null) || continue
+    case $exe in "$2"/*) left+=("${p#/proc/}:${exe#"$2"/}") ;; esac
+  done
+  if ((${#left[@]})); then
+    echo "== $1: processes left running by the tests: ${left[*]} (killed)"
+    for p in "${left[@]}"; do kill -9 "${p%%:*}" 2>/dev/null || true; done
+    add "$1 (no processes left behind)" 0 1
+  fi
 }
 
 run_meson_tests "release" build --buildtype=release
