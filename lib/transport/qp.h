@@ -43,6 +43,7 @@ struct RespResource {
   uint32_t cur_psn = 0;
   uint64_t orig = 0;     // atomic: value returned (replayed for duplicates)
   uint8_t* host = nullptr;  // READ: host pointer of va
+  void* dma = nullptr;      // READ: the MR's zero-copy handle (PktBuf::ext_ref), or nullptr
 };
 
 // Responder (responder.cc).
