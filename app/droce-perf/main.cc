@@ -59,6 +59,7 @@ struct Opts {
   uint8_t qp_timeout = 14;
   uint32_t max_size = 0;  // sizes up to this with -a
   uint32_t window = 64;
+  uint32_t zero_copy_min = transport::EngineConfig{}.zero_copy_min;
 };
 
 // ---------------------------------------------------------------- data pattern
@@ -680,20 +681,13 @@ std::vector<uint32_t> sizes_of(const Opts& o, const Params& p) {
 }
 
 engine::EmbedOptions embed_options(const Opts& o, const std::vector<std::string>& eal) {
-  engine::EmbedOptions e;
-  e.device = o.device;
-  e.eal_args = eal;
+  engine::EmbedOptions e = engine::node_options(o.device, eal, o.ip, o.mac, o.mtu);
   e.queues = o.queues;
-  e.ipv4 = o.ip;
-  if (!o.mac.empty()) {
-    auto m = dpdk::parse_mac(o.mac);
-    if (!m) throw std::runtime_error("--mac: bad MAC " + o.mac);
-    e.mac = *m;
-  }
   e.engine.max_qps = 256;
   e.engine.max_mrs = 256;
   e.engine.timer_scan_ns = 20'000;
   e.engine.max_inflight_pkts = o.window;
+  e.engine.zero_copy_min = o.zero_copy_min;
   return e;
 }
 
@@ -713,15 +707,18 @@ void print_counters(engine::Embedded& node) {
               pc.sum(stats::PortCounter::rx_roce), pc.sum(stats::PortCounter::fault_rx_drop),
               pc.sum(stats::PortCounter::fault_rx_duplicate), pc.sum(stats::PortCounter::fault_rx_reorder),
               pc.sum(stats::PortCounter::fault_rx_corrupt), pc.sum(stats::PortCounter::rx_drop_bad_icrc));
-  uint64_t retx = 0, to = 0, naks = 0, fwd = 0;
+  uint64_t retx = 0, to = 0, naks = 0, fwd = 0, zc = 0, copied = 0;
   for (size_t c = 0; c < node.dataplane().core_count(); ++c) {
     auto* e = node.dataplane().core(c).engine(0);
     retx += e->counter(transport::Ctr::ReqRetransmits);
     to += e->counter(transport::Ctr::AckTimeouts);
     naks += e->counter(transport::Ctr::SeqNakSent) + e->counter(transport::Ctr::SeqNakReceived);
+    zc += e->counter(transport::Ctr::TxZeroCopy);
+    copied += e->counter(transport::Ctr::TxCopied);
   }
   fwd = node.dataplane().core_counters().sum(stats::CoreCounter::ring_enqueued);
-  std::printf(" transport: retransmits %lu ack timeouts %lu seq NAKs %lu | cross-core forwarded %lu\n", retx, to, naks, fwd);
+  std::printf(" transport: retransmits %lu ack timeouts %lu seq NAKs %lu | cross-core forwarded %lu | payload tx zero-copy %lu copied %lu\n",
+              retx, to, naks, fwd, zc, copied);
   if (std::getenv("DROCE_PERF_VERBOSE")) {
     for (size_t c = 0; c < node.dataplane().core_count(); ++c) {
       auto* e = node.dataplane().core(c).engine(0);
@@ -866,13 +863,7 @@ int run_server(const Opts& o, engine::Embedded& node) {
 
 int main(int argc, char** argv) {
   std::vector<std::string> eal;
-  int own = argc;
-  for (int i = 1; i < argc; ++i)
-    if (std::strcmp(argv[i], "--") == 0) {
-      own = i;
-      for (int j = i + 1; j < argc; ++j) eal.emplace_back(argv[j]);
-      break;
-    }
+  const int own = engine::split_eal_args(argc, argv, eal);
   Opts o;
   CLI::App app{"droce-perf: perftest-like RoCEv2 benchmark between two droce nodes"};
   app.add_option("test", o.test, "send_bw send_lat write_bw write_lat read_bw read_lat atomic_bw atomic_lat")->required();
@@ -894,6 +885,8 @@ int main(int argc, char** argv) {
   app.add_option("-A,--atomic_type", o.atomic_op, "FETCH_AND_ADD or CMP_AND_SWAP")
       ->check(CLI::IsMember({"FETCH_AND_ADD", "CMP_AND_SWAP"}));
   app.add_option("--window", o.window, "packets in flight per QP (go-back-N window)")->check(CLI::Range(1, 65536));
+  app.add_option("--zero-copy-min", o.zero_copy_min,
+                 "payloads of at least this many bytes from hugepage MRs are sent by reference (0: always copy)");
   app.add_flag("--report_gbits", o.gbits, "bandwidth in Gb/s (default MB/s)");
   app.add_option("--queues", o.queues, "RX/TX queues = core loops of this node")->check(CLI::Range(1, 8));
   app.add_option("--qp-timeout", o.qp_timeout, "local ACK timeout exponent (4.096 us * 2^t)")->check(CLI::Range(1, 31));
@@ -913,11 +906,7 @@ int main(int argc, char** argv) {
     (void)check;
     engine::Embedded node(embed_options(o, eal));
     apply_faults(node, o);
-    if (o.gid_index >= node.gids().size())
-      throw std::runtime_error("-x " + std::to_string(o.gid_index) + ": the GID table has " +
-                               std::to_string(node.gids().size()) + " entries");
-    std::printf(" device %s mac %s gid[%u] %s\n", o.device.c_str(), dpdk::mac_to_string(node.port().mac()).c_str(),
-                o.gid_index, netstack::gid_to_string(node.gid(o.gid_index)).c_str());
+    engine::announce_node(node, o.device, o.gid_index, "-x");
     return o.host.empty() ? run_server(o, node) : run_client(o, node);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "droce-perf: %s\n", e.what());

@@ -487,6 +487,7 @@ void Engine::send_cnp(Qp& q, const wire::PacketView& pkt) noexcept {
   q.cnp_ever = true;
   q.last_cnp_ns = now_;
   ++q.ctr.cnp_sent;
+  q.count_tx(0);
   count(Ctr::CnpSent);
 }
 
@@ -524,6 +525,8 @@ void Engine::rx(io::PktBuf* b) noexcept {
     count(Ctr::RxBadState);
     return;
   }
+  ++q->ctr.rx_packets;
+  q->ctr.rx_bytes += pkt.payload_len;
   if (pkt.h.l3.ecn() == wire::kEcnCe) {
     count(Ctr::CeReceived);
     ++q->ctr.ce_received;

@@ -124,6 +124,7 @@ bool build_packet(Engine& e, Qp& q, SendWqe& w, bool* last_of_wqe) noexcept {
     e.end_frame(h, payload);
   }
   q.req.pkts_since_ackreq = h.bth.ackreq ? 0 : q.req.pkts_since_ackreq + 1;
+  q.count_tx(payload);
   *last_of_wqe = last;
   return true;
 }

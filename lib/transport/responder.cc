@@ -364,6 +364,7 @@ RespSt duplicate(Ctx& c) noexcept {
 void fatal_nak(Ctx& c, uint8_t code, WcStatus recv_status) noexcept {
   Qp& q = c.q;
   c.e.count(Ctr::ErrNakSent);
+  ++q.ctr.err_naks_sent;
   queue_ack(c.e, q, static_cast<uint8_t>(wire::kAethNak | code), c.psn);
   if (q.resp.have_recv && recv_status != WcStatus::Success) recv_complete(c.e, q, recv_status, q.resp.recv_off, 0, 0, q.attr.dest_qp_num);
   c.e.qp_to_error(q, /*keep_responses=*/true);  // responses owed for earlier requests precede the NAK
@@ -447,6 +448,7 @@ void responder_rx(Engine& e, Qp& q, const wire::PacketView& pkt) noexcept {
         if (!q.resp.nak_sent) {
           q.resp.nak_sent = true;
           e.count(Ctr::SeqNakSent);
+          ++q.ctr.seq_naks_sent;
           queue_ack(e, q, wire::kAethNak | wire::kNakPsnSeqError, q.resp.psn);
         }
         st = RespSt::Done;
@@ -455,6 +457,7 @@ void responder_rx(Engine& e, Qp& q, const wire::PacketView& pkt) noexcept {
         if (!q.resp.nak_sent) {
           q.resp.nak_sent = true;
           e.count(Ctr::RnrNakSent);
+          ++q.ctr.rnr_naks_sent;
           queue_ack(e, q, static_cast<uint8_t>(wire::kAethRnrNak | (q.attr.min_rnr_timer & 0x1F)), c.psn);
         }
         st = RespSt::Done;
@@ -506,6 +509,7 @@ bool responder_tx(Engine& e, Qp& q, uint32_t budget) noexcept {
       h.ext.atomic_orig = res.orig;
       if (!e.begin_frame(h, 0)) return true;
       e.end_frame(h, 0);
+      q.count_tx(0);
       res.active = false;
       ++r.emit_tail;
     } else {
@@ -519,6 +523,7 @@ bool responder_tx(Engine& e, Qp& q, uint32_t budget) noexcept {
                      : last        ? wire::op::RC_READ_RESPONSE_LAST
                                    : wire::op::RC_READ_RESPONSE_MIDDLE;
       if (!e.send_payload(h, res.host, plen, res.dma)) return true;
+      q.count_tx(plen);
       e.count(Ctr::ReadRespSent);
       res.host += plen;
       res.va += plen;
@@ -539,6 +544,7 @@ bool responder_tx(Engine& e, Qp& q, uint32_t budget) noexcept {
     h.ext.aeth = {r.ack_syndrome, r.msn};
     if (!e.begin_frame(h, 0)) return true;
     e.end_frame(h, 0);
+    q.count_tx(0);
     if ((r.ack_syndrome & wire::kAethKindMask) == wire::kAethAck) e.count(Ctr::AcksSent);
     r.ack_pending = false;
   }

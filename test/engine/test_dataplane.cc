@@ -346,6 +346,27 @@ TEST_CASE("dataplane: zero-copy TX from hugepage MRs, copy fallback, retransmiss
   CHECK(tctr(b, transport::Ctr::ReqRetransmits) > 0);
   CHECK(tctr(b, transport::Ctr::TxZeroCopy) > 64 + 8 * 64);  // retransmissions by reference too
   CHECK(tctr(a, transport::Ctr::RxIcrcErr) == 0);
+  // Per-QP counters (what droce-ctl qps shows): B's QP sent every payload
+  // byte at least once, A's QP took each at least once, retransmissions and
+  // A's sequence NAKs counted on the QPs themselves.
+  {
+    auto qb_info = b.qps(), qa_info = a.qps();
+    REQUIRE(qb_info.size() == 1);
+    REQUIRE(qa_info.size() == 1);
+    const transport::QpCounters& sb = qb_info[0].ctr;
+    const transport::QpCounters& ra = qa_info[0].ctr;
+    const uint64_t payload = 65536 + 300 + 65536 + 8 * 65536;
+    CHECK(sb.tx_bytes >= payload);
+    CHECK(sb.tx_packets >= 64 + 1 + 64 + 8 * 64);
+    CHECK(sb.retransmits > 0);
+    CHECK(sb.retransmits == tctr(b, transport::Ctr::ReqRetransmits));
+    CHECK(sb.rx_packets > 0);  // ACKs / NAKs
+    CHECK(sb.rx_bytes == 0);
+    CHECK(ra.rx_bytes >= payload);
+    CHECK(sb.rx_packets <= ra.tx_packets);  // A's frames are not dropped; a few may still be on the ring
+    CHECK(ra.seq_naks_sent == tctr(a, transport::Ctr::SeqNakSent));
+    CHECK(sb.seq_naks_received == tctr(b, transport::Ctr::SeqNakReceived));
+  }
   fb.set(config::FaultDir::tx, config::FaultKind::drop, 0);
   fb.set(config::FaultDir::tx, config::FaultKind::duplicate, 0);
   fb.publish();
