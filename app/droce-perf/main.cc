@@ -170,6 +170,7 @@ int tcp_connect(const std::string& host, uint16_t port) {
   a.sin_family = AF_INET;
   a.sin_port = htons(port);
   if (inet_pton(AF_INET, host.c_str(), &a.sin_addr) != 1) throw std::runtime_error("tcp: bad server address " + host);
+  int err = 0;
   for (int i = 0; i < 100; ++i) {  // the server may still be starting
     int s = socket(AF_INET, SOCK_STREAM, 0);
     if (connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
@@ -177,10 +178,12 @@ int tcp_connect(const std::string& host, uint16_t port) {
       setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
       return s;
     }
+    err = errno;
     close(s);
     usleep(100000);
   }
-  throw std::runtime_error("tcp: cannot connect to " + host + ":" + std::to_string(port));
+  throw std::runtime_error("tcp: cannot connect to " + host + ":" + std::to_string(port) + " for 10 s: " +
+                           std::strerror(err));
 }
 
 // ---------------------------------------------------------------- the node side

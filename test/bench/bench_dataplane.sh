@@ -52,6 +52,7 @@ perf_run() {  # perf_run OUTFILE QUEUES ARGS...: prints the client's MsgRate lin
   port=$((port + 1))
   local qp=""
   [ "$q" -gt 1 ] && qp=",qpairs=$q"
+  : >"$tmp/s.log"  # emptied before the background start: the wait below must not see the last run's log
   ip netns exec "$ns" timeout -k 5 $((secs + 30)) "$perf" "$@" -p "$port" --device "net_af_packet0,iface=vb$qp" \
     --ip 10.50.0.2 --queues "$q" -- --lcores=0@1 "${EAL[@]}" >"$tmp/s.log" 2>&1 &
   local sp=$!
