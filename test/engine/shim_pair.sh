@@ -284,7 +284,7 @@ ok = ok and all(k in q[0] for k in ("retransmits", "seq_naks_sent", "seq_naks_re
 sys.exit(0 if ok else 1)
 EOF
 then
-  if "$CTL" -s "$T/b-ctl.sock" qps | head -n 1 | grep -q "tx_packets.*tx_bytes.*rx_packets"; then
+  if "$CTL" -s "$T/b-ctl.sock" qps | head -n 1 | grep -qi "tx_packets.*tx_bytes.*rx_packets"; then
     ok "droce-ctl qps: per-QP packets, bytes, retransmissions, NAKs, RNR (JSON and table) mid-transfer"
   else
     bad "droce-ctl qps table lacks the per-QP counters"; "$CTL" -s "$T/b-ctl.sock" qps | head -n 3
