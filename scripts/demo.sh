@@ -95,7 +95,7 @@ fi
 port=18515
 perf() {  # perf TEST ARGS...: server on vb, client on va, both in the namespace
   port=$((port + 1))
-  rm -f "$tmp/server.log"  # never mistake the last run's "waiting" line for this one's
+  : >"$tmp/server.log"  # emptied before the background start: the wait below must not see the last run's log
   ip netns exec "$ns" timeout -k 5 90 "$B/app/droce-perf/droce-perf" "$@" -p "$port" \
     --device net_af_packet0,iface=vb --ip 10.20.0.2 --mac 02:00:0a:14:00:02 --qp-timeout 12 \
     -- --lcores=0@1 "${EAL[@]}" >"$tmp/server.log" 2>&1 &

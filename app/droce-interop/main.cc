@@ -443,13 +443,7 @@ int run(engine::Embedded& node, const Opts& o) {
 
 int main(int argc, char** argv) {
   std::vector<std::string> eal;
-  int own = argc;
-  for (int i = 1; i < argc; ++i)
-    if (std::strcmp(argv[i], "--") == 0) {
-      own = i;
-      for (int j = i + 1; j < argc; ++j) eal.emplace_back(argv[j]);
-      break;
-    }
+  const int own = engine::split_eal_args(argc, argv, eal);
   Opts o;
   CLI::App app{"droce-interop: rdma-core pingpong exchange against an unmodified peer"};
   app.add_option("test", o.test, "rc_pingpong, uc_pingpong or ud_pingpong")
@@ -479,19 +473,8 @@ int main(int argc, char** argv) {
   }
   spdlog::set_level(spdlog::level::warn);
   try {
-    engine::EmbedOptions e;
-    e.device = o.device;
-    e.eal_args = eal;
-    e.ipv4 = o.ip;
-    if (!o.mac.empty()) {
-      auto m = dpdk::parse_mac(o.mac);
-      if (!m) throw std::runtime_error("--mac: bad MAC " + o.mac);
-      e.mac = *m;
-    }
-    if (o.mtu > 1024) {  // IB MTU 2048/4096: frames up to ~4.2 KB (af_packet also needs framesz=8192)
-      e.data_room = 8192 + 128;
-      e.mbufs = 4095;
-    }
+    engine::EmbedOptions e = engine::node_options(o.device, eal, o.ip, o.mac, o.mtu);
+    if (o.mtu > 1024) e.mbufs = 4095;
     e.engine.max_qps = 16;
     e.engine.max_mrs = 16;
     e.engine.timer_scan_ns = 20'000;
@@ -500,11 +483,7 @@ int main(int argc, char** argv) {
     f.set(config::FaultDir::rx, config::FaultKind::drop, o.f_drop_rx);
     f.set(config::FaultDir::tx, config::FaultKind::drop, o.f_drop_tx);
     f.publish();
-    if (o.gid_index >= node.gids().size())
-      throw std::runtime_error("-g " + std::to_string(o.gid_index) + ": the GID table has " +
-                               std::to_string(node.gids().size()) + " entries");
-    std::printf(" device %s mac %s gid[%u] %s\n", o.device.c_str(), dpdk::mac_to_string(node.port().mac()).c_str(),
-                o.gid_index, netstack::gid_to_string(node.gid(o.gid_index)).c_str());
+    engine::announce_node(node, o.device, o.gid_index, "-g");
     return run(node, o);
   } catch (const std::exception& ex) {
     std::fprintf(stderr, "droce-interop: %s\n", ex.what());

@@ -60,6 +60,7 @@ struct Opts {
   uint8_t qp_timeout = 14;
   uint32_t max_size = 0;  // sizes up to this with -a
   uint32_t window = 64;
+  uint32_t zero_copy_min = transport::EngineConfig{}.zero_copy_min;
 };
 
 // ---------------------------------------------------------------- data pattern
@@ -170,6 +171,7 @@ int tcp_connect(const std::string& host, uint16_t port) {
   a.sin_family = AF_INET;
   a.sin_port = htons(port);
   if (inet_pton(AF_INET, host.c_str(), &a.sin_addr) != 1) throw std::runtime_error("tcp: bad server address " + host);
+  int err = 0;
   for (int i = 0; i < 100; ++i) {  // the server may still be starting
     int s = socket(AF_INET, SOCK_STREAM, 0);
     if (connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
@@ -177,10 +179,12 @@ int tcp_connect(const std::string& host, uint16_t port) {
       setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
       return s;
     }
+    err = errno;
     close(s);
     usleep(100000);
   }
-  throw std::runtime_error("tcp: cannot connect to " + host + ":" + std::to_string(port));
+  throw std::runtime_error("tcp: cannot connect to " + host + ":" + std::to_string(port) + " for 10 s: " +
+                           std::strerror(err));
 }
 
 // Waits (bounded) until the peer closes the TCP connection: recv returns 0.
@@ -694,20 +698,13 @@ std::vector<uint32_t> sizes_of(const Opts& o, const Params& p) {
 }
 
 engine::EmbedOptions embed_options(const Opts& o, const std::vector<std::string>& eal) {
-  engine::EmbedOptions e;
-  e.device = o.device;
-  e.eal_args = eal;
+  engine::EmbedOptions e = engine::node_options(o.device, eal, o.ip, o.mac, o.mtu);
   e.queues = o.queues;
-  e.ipv4 = o.ip;
-  if (!o.mac.empty()) {
-    auto m = dpdk::parse_mac(o.mac);
-    if (!m) throw std::runtime_error("--mac: bad MAC " + o.mac);
-    e.mac = *m;
-  }
   e.engine.max_qps = 256;
   e.engine.max_mrs = 256;
   e.engine.timer_scan_ns = 20'000;
   e.engine.max_inflight_pkts = o.window;
+  e.engine.zero_copy_min = o.zero_copy_min;
   return e;
 }
 
@@ -735,15 +732,18 @@ void print_counters(engine::Embedded& node) {
                 static_cast<unsigned long>(pc.sum(stats::PortCounter::tx_drop_full)));
   } catch (const std::exception&) {
   }
-  uint64_t retx = 0, to = 0, naks = 0, fwd = 0;
+  uint64_t retx = 0, to = 0, naks = 0, fwd = 0, zc = 0, copied = 0;
   for (size_t c = 0; c < node.dataplane().core_count(); ++c) {
     auto* e = node.dataplane().core(c).engine(0);
     retx += e->counter(transport::Ctr::ReqRetransmits);
     to += e->counter(transport::Ctr::AckTimeouts);
     naks += e->counter(transport::Ctr::SeqNakSent) + e->counter(transport::Ctr::SeqNakReceived);
+    zc += e->counter(transport::Ctr::TxZeroCopy);
+    copied += e->counter(transport::Ctr::TxCopied);
   }
   fwd = node.dataplane().core_counters().sum(stats::CoreCounter::ring_enqueued);
-  std::printf(" transport: retransmits %lu ack timeouts %lu seq NAKs %lu | cross-core forwarded %lu\n", retx, to, naks, fwd);
+  std::printf(" transport: retransmits %lu ack timeouts %lu seq NAKs %lu | cross-core forwarded %lu | payload tx zero-copy %lu copied %lu\n",
+              retx, to, naks, fwd, zc, copied);
   if (std::getenv("DROCE_PERF_VERBOSE")) {
     for (size_t c = 0; c < node.dataplane().core_count(); ++c) {
       auto* e = node.dataplane().core(c).engine(0);
@@ -903,13 +903,7 @@ void close_after_peer(const Opts& o, engine::Embedded& node) {
 
 int main(int argc, char** argv) {
   std::vector<std::string> eal;
-  int own = argc;
-  for (int i = 1; i < argc; ++i)
-    if (std::strcmp(argv[i], "--") == 0) {
-      own = i;
-      for (int j = i + 1; j < argc; ++j) eal.emplace_back(argv[j]);
-      break;
-    }
+  const int own = engine::split_eal_args(argc, argv, eal);
   Opts o;
   CLI::App app{"droce-perf: perftest-like RoCEv2 benchmark between two droce nodes"};
   app.add_option("test", o.test, "send_bw send_lat write_bw write_lat read_bw read_lat atomic_bw atomic_lat")->required();
@@ -931,6 +925,8 @@ int main(int argc, char** argv) {
   app.add_option("-A,--atomic_type", o.atomic_op, "FETCH_AND_ADD or CMP_AND_SWAP")
       ->check(CLI::IsMember({"FETCH_AND_ADD", "CMP_AND_SWAP"}));
   app.add_option("--window", o.window, "packets in flight per QP (go-back-N window)")->check(CLI::Range(1, 65536));
+  app.add_option("--zero-copy-min", o.zero_copy_min,
+                 "payloads of at least this many bytes from hugepage MRs are sent by reference (0: always copy)");
   app.add_flag("--report_gbits", o.gbits, "bandwidth in Gb/s (default MB/s)");
   app.add_option("--queues", o.queues, "RX/TX queues = core loops of this node")->check(CLI::Range(1, 8));
   app.add_option("--qp-timeout", o.qp_timeout, "local ACK timeout exponent (4.096 us * 2^t)")->check(CLI::Range(1, 31));
@@ -950,11 +946,7 @@ int main(int argc, char** argv) {
     (void)check;
     auto node = std::make_unique<engine::Embedded>(embed_options(o, eal));
     apply_faults(*node, o);
-    if (o.gid_index >= node->gids().size())
-      throw std::runtime_error("-x " + std::to_string(o.gid_index) + ": the GID table has " +
-                               std::to_string(node->gids().size()) + " entries");
-    std::printf(" device %s mac %s gid[%u] %s\n", o.device.c_str(), dpdk::mac_to_string(node->port().mac()).c_str(),
-                o.gid_index, netstack::gid_to_string(node->gid(o.gid_index)).c_str());
+    engine::announce_node(*node, o.device, o.gid_index, "-x");
     if (!o.host.empty()) {
       const int rc = run_client(o, *node);
       close_after_peer(o, *node);

@@ -132,10 +132,18 @@ json DataplaneComponent::qps() const {
                     {"mtu", q.mtu},
                     {"sq_outstanding", q.sq_outstanding},
                     {"rq_posted", q.rq_posted},
+                    {"tx_packets", q.ctr.tx_packets},
+                    {"tx_bytes", q.ctr.tx_bytes},
+                    {"rx_packets", q.ctr.rx_packets},
+                    {"rx_bytes", q.ctr.rx_bytes},
                     {"retransmits", q.ctr.retransmits},
                     {"timeouts", q.ctr.timeouts},
                     {"seq_naks_received", q.ctr.seq_naks_received},
                     {"rnr_naks_received", q.ctr.rnr_naks_received},
+                    {"seq_naks_sent", q.ctr.seq_naks_sent},
+                    {"rnr_naks_sent", q.ctr.rnr_naks_sent},
+                    {"err_naks_sent", q.ctr.err_naks_sent},
+                    {"err_naks_received", q.ctr.err_naks_received},
                     {"cnp_sent", q.ctr.cnp_sent},
                     {"cnp_received", q.ctr.cnp_received}});
   }
@@ -155,6 +163,7 @@ json DataplaneComponent::mrs() const {
                     {"length", m.length},
                     {"access", m.access},
                     {"hugepage", m.hugepage},
+                    {"zero_copy", m.zero_copy},
                     {"iova", iova}});
   }
   return json{{"mrs", rows}};

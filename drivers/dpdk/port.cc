@@ -107,6 +107,7 @@ Port::Port(const PortConfig& cfg) {
     rte_eth_conf conf{};
     // Zero-copy TX chains header and payload segments (DpdkQueueIo::append_external).
     conf.txmode.offloads = info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_MULTI_SEGS;
+    multi_seg_tx_ = conf.txmode.offloads != 0;
     if (nrx_ > 1) {
       const uint64_t hf = info.flow_type_rss_offloads & (RTE_ETH_RSS_IP | RTE_ETH_RSS_UDP);
       if (hf != 0) {

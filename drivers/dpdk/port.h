@@ -83,6 +83,9 @@ class Port {
   uint16_t data_room() const noexcept { return data_room_; }
   wire::MacAddr mac() const noexcept { return mac_; }
   uint16_t mtu() const;
+  // The device takes frames chained over several mbufs (RTE_ETH_TX_OFFLOAD_MULTI_SEGS
+  // enabled): zero-copy TX is possible.
+  bool multi_seg_tx() const noexcept { return multi_seg_tx_; }
 
   void set_mac(const wire::MacAddr& mac);
   void set_mtu(uint16_t mtu);
@@ -105,6 +108,7 @@ class Port {
   bool started_ = false;
   bool probed_ = false;     // we probed the device: remove it on close
   bool own_pool_ = false;
+  bool multi_seg_tx_ = false;
   std::string name_, driver_;
   int socket_ = 0;
   uint16_t nrx_ = 0, ntx_ = 0;

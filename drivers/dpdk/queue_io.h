@@ -30,9 +30,20 @@ class Counter {
   std::atomic<uint64_t> v_{0};
 };
 
+// Registered memory a device may read in place (zero-copy TX, PktBuf::ext_ref):
+// hugepage memory with a known, contiguous IOVA, and the rte_mbuf_ext_shared_info
+// whose refcnt is 1 (the registration) + the segments attached and not yet freed.
+// One per (MR, lcore): only that lcore attaches segments of it (DPDK's refcnt
+// update is not atomic at 1, so one attaching thread per shinfo); the device or
+// any thread may free them. Opaque outside queue_io.cc.
+struct ExtMem;
+
 struct alignas(64) QueueCounters {
   Counter rx_packets, rx_bytes, tx_packets, tx_bytes;
-  Counter rx_multiseg_drops;  // frames spread over several mbufs: dropped
+  Counter rx_multiseg_drops;  // frames spread over several mbufs that could not be linearized: dropped
+  Counter rx_linearized;      // frames spread over several mbufs (e.g. zero-copy from a ring peer): copied into one
+  Counter tx_zero_copy;       // frames sent with their payload attached by reference (PktBuf::ext)
+  Counter tx_zero_copy_fallback;  // PktBuf::ext frames copied after all (no mbuf left for the segments)
   Counter tx_full;            // frames the device did not take (returned to the caller)
   Counter alloc_failures;     // buffers asked for but not available
 };
@@ -51,6 +62,19 @@ class DpdkQueueIo final : public io::PacketIo {
   void free_burst(io::PktBuf** bufs, uint16_t n) noexcept override;
   uint32_t buf_capacity() const noexcept override { return capacity_; }
   wire::MacAddr mac() const noexcept override { return mac_; }
+  // PktBuf::ext honoured: the port chains segments (Port::multi_seg_tx).
+  bool zero_copy_tx() const noexcept override { return zero_copy_; }
+
+  // ---- Registered memory for PktBuf::ext (control path) -------------------
+  // An ExtMem for [base, base+len): nullptr when the memory is not DPDK
+  // (hugepage) memory or its IOVA is not contiguous (then copy).
+  static ExtMem* ext_create(void* base, size_t len) noexcept;
+  // Drops the registration's reference and waits up to timeout_ms until the
+  // device freed every segment of m (its free_cb ran), then frees m. False on
+  // timeout: m is left allocated (segments still point into the memory).
+  static bool ext_release(ExtMem* m, uint32_t timeout_ms) noexcept;
+  // Segments of m attached and not yet freed.
+  static uint32_t ext_inflight(const ExtMem* m) noexcept;
 
   // ---- Zero-copy TX (rte_pktmbuf_attach_extbuf) --------------------------
   // Appends len bytes at addr (IOVA iova, e.g. from a HugeRegion) to frame b
@@ -66,6 +90,11 @@ class DpdkQueueIo final : public io::PacketIo {
   // Appends a buffer of this backend (its len bytes) after b's segments; tail
   // then belongs to b.
   void append_buf(io::PktBuf* b, io::PktBuf* tail) noexcept;
+
+  // Turns every frame with PktBuf::ext into a chain [headers][ext by reference]
+  // [tail] (or copies ext behind the headers when no mbuf is left) and clears
+  // ext. tx_burst does this itself; frames it does not take stay chained.
+  void attach_ext(io::PktBuf** bufs, uint16_t n) noexcept;
 
   uint16_t port_id() const noexcept { return port_; }
   uint16_t queue_id() const noexcept { return queue_; }
@@ -85,6 +114,7 @@ class DpdkQueueIo final : public io::PacketIo {
   uint32_t capacity_;
   rte_mempool* pool_;
   wire::MacAddr mac_;
+  bool zero_copy_ = false;
   QueueCounters ctr_;
 };
 

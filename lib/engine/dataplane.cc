@@ -274,7 +274,7 @@ uint16_t DemuxIo::tx_burst(io::PktBuf** bufs, uint16_t n) noexcept {
   uint64_t bytes = 0;
   if (!ftx_ || !faults_->active(config::FaultDir::tx)) {
     const uint16_t k = q_.tx_burst(bufs, n);
-    for (uint16_t i = 0; i < k; ++i) bytes += bufs[i]->len;
+    for (uint16_t i = 0; i < k; ++i) bytes += dpdk::DpdkQueueIo::mbuf_of(bufs[i])->pkt_len;
     if (k) {
       pc_->add(PortCounter::tx_packets, k);
       pc_->add(PortCounter::tx_bytes, bytes);
@@ -291,7 +291,7 @@ uint16_t DemuxIo::tx_burst(io::PktBuf** bufs, uint16_t n) noexcept {
   uint16_t sent = 0;
   for (int tries = 0; tries < 4 && sent < m; ++tries)
     sent = static_cast<uint16_t>(sent + q_.tx_burst(tmp + sent, static_cast<uint16_t>(m - sent)));
-  for (uint16_t i = 0; i < sent; ++i) bytes += tmp[i]->len;
+  for (uint16_t i = 0; i < sent; ++i) bytes += dpdk::DpdkQueueIo::mbuf_of(tmp[i])->pkt_len;
   if (sent) {
     pc_->add(PortCounter::tx_packets, sent);
     pc_->add(PortCounter::tx_bytes, bytes);
@@ -546,6 +546,13 @@ Dataplane::~Dataplane() {
   if (cfg_.registry)
     for (auto id : reg_ids_) cfg_.registry->remove(id);
   cores_.clear();
+  // MRs never deregistered: segments still in a ring of a port (a net_ring peer
+  // not polled any more) keep their ExtMem, leaked rather than freed under them.
+  for (auto& r : mrs_)
+    for (dpdk::ExtMem* x : r.ext)
+      if (!dpdk::DpdkQueueIo::ext_release(x, 200))
+        spdlog::warn("dataplane: MR {:#x}: {} zero-copy segments still queued at exit", r.info.key,
+                     dpdk::DpdkQueueIo::ext_inflight(x));
   for (auto& ps : ports_)
     for (rte_ring* r : ps.rings) {
       if (!r) continue;
@@ -696,6 +703,24 @@ int Dataplane::reg_mr_iova(uint32_t p, uint32_t pd, void* addr, uint64_t iova_va
     return err;
   }
   MrRec r;
+  // Zero-copy TX from this MR: one ExtMem per core (each core attaches its own).
+  if (cfg_.engine.zero_copy_min != 0 && cfg_.ports[p].port->multi_seg_tx()) {
+    const uint32_t k = keys.front();
+    for (size_t ci : cores) {
+      dpdk::ExtMem* x = dpdk::DpdkQueueIo::ext_create(addr, len);
+      if (!x) break;
+      r.ext.push_back(x);
+      run_on(ci, [p, k, x](CoreLoop& c) { c.engine(p)->mrs().set_dma(k, x); });
+    }
+    if (r.ext.size() != cores.size()) {  // not DPDK memory or IOVA not contiguous: copy
+      for (size_t i = 0; i < r.ext.size(); ++i) {
+        run_on(cores[i], [p, k](CoreLoop& c) { c.engine(p)->mrs().set_dma(k, nullptr); });
+        dpdk::DpdkQueueIo::ext_release(r.ext[i], 1000);
+      }
+      r.ext.clear();
+    }
+  }
+  r.info.zero_copy = !r.ext.empty();
   r.info.port = p;
   r.info.key = keys.front();
   r.info.pd = pd;
@@ -720,6 +745,18 @@ int Dataplane::dereg_mr(uint32_t p, uint32_t key) {
     auto rc = std::make_shared<int>(ETIMEDOUT);
     run_on(ci, [p, key, rc](CoreLoop& c) { *rc = c.engine(p)->dereg_mr(key); });
     if (*rc != 0) err = *rc;
+  }
+  // The cores attach no new segments of it now; wait until the device is done with the old ones.
+  for (auto& r : mrs_) {
+    if (r.info.port != p || r.info.key != key) continue;
+    for (dpdk::ExtMem* x : r.ext)
+      if (!dpdk::DpdkQueueIo::ext_release(x, 2000)) {
+        spdlog::error("dataplane: MR {:#x}: the device still holds {} zero-copy segments after 2 s; its memory "
+                      "must not be reused",
+                      key, dpdk::DpdkQueueIo::ext_inflight(x));
+        err = EBUSY;
+      }
+    r.ext.clear();
   }
   std::erase_if(mrs_, [&](const MrRec& r) { return r.info.port == p && r.info.key == key; });
   return err;

@@ -83,6 +83,7 @@ class DemuxIo final : public io::PacketIo {
   void free_burst(io::PktBuf** bufs, uint16_t n) noexcept override { q_.free_burst(bufs, n); }
   uint32_t buf_capacity() const noexcept override { return q_.buf_capacity(); }
   wire::MacAddr mac() const noexcept override { return q_.mac(); }
+  bool zero_copy_tx() const noexcept override { return q_.zero_copy_tx(); }
 
   // Home core only: ARP/ND timers (retries, probes).
   void netstack_timers(uint64_t now) noexcept;
@@ -184,6 +185,7 @@ struct MrInfo {
   uint64_t addr = 0, length = 0;
   uint64_t dma_iova = 0;  // bus address of the first byte (hugepage memory), or 0 when unknown
   bool hugepage = false;
+  bool zero_copy = false;  // TX may attach its bytes by reference (hugepage, IOVA-contiguous, port multi-seg)
 };
 
 struct QpInfo {
@@ -301,6 +303,7 @@ class Dataplane {
   std::mutex ctl_mu_;  // serialises control operations (run_on callers)
   struct MrRec {
     MrInfo info;
+    std::vector<dpdk::ExtMem*> ext;  // zero-copy handle per core of the port (nullptr: copy)
   };
   std::vector<MrRec> mrs_;
   struct DmaRec {

@@ -3,7 +3,11 @@
 #include <rte_lcore.h>
 
 #include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <stdexcept>
+
+#include "netstack/gid_table.h"
 
 namespace droce::engine {
 
@@ -137,6 +141,38 @@ int Embedded::destroy_qp(QpHandle& qp) {
   const int rc = qp.eng->destroy_qp(qp.qpn);
   qp.eng = nullptr;
   return rc;
+}
+
+int split_eal_args(int argc, char** argv, std::vector<std::string>& eal) {
+  for (int i = 1; i < argc; ++i)
+    if (std::strcmp(argv[i], "--") == 0) {
+      for (int j = i + 1; j < argc; ++j) eal.emplace_back(argv[j]);
+      return i;
+    }
+  return argc;
+}
+
+EmbedOptions node_options(const std::string& device, const std::vector<std::string>& eal,
+                          const std::vector<std::string>& ipv4, const std::string& mac, uint32_t path_mtu) {
+  EmbedOptions e;
+  e.device = device;
+  e.eal_args = eal;
+  e.ipv4 = ipv4;
+  if (!mac.empty()) {
+    auto m = dpdk::parse_mac(mac);
+    if (!m) throw std::runtime_error("--mac: bad MAC " + mac);
+    e.mac = *m;
+  }
+  if (path_mtu > 1024) e.data_room = 8192 + 128;  // IB MTU 2048/4096: frames up to ~4.2 KB
+  return e;
+}
+
+void announce_node(Embedded& node, const std::string& device, uint32_t gid_index, const char* flag) {
+  if (gid_index >= node.gids().size())
+    throw std::runtime_error(std::string(flag) + " " + std::to_string(gid_index) + ": the GID table has " +
+                             std::to_string(node.gids().size()) + " entries");
+  std::printf(" device %s mac %s gid[%u] %s\n", device.c_str(), dpdk::mac_to_string(node.port().mac()).c_str(),
+              gid_index, netstack::gid_to_string(node.gid(gid_index)).c_str());
 }
 
 }  // namespace droce::engine

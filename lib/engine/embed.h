@@ -120,4 +120,22 @@ class Embedded {
   std::unique_ptr<Dataplane> dp_;
 };
 
+// ---- Shared by the programs that run one embedded node from a command line
+// (app/droce-perf, app/droce-interop): "PROGRAM [options] -- [EAL args]".
+
+// Splits argv at the first "--": returns the argc of the program's own
+// options and appends what follows to eal.
+int split_eal_args(int argc, char** argv, std::vector<std::string>& eal);
+
+// EmbedOptions for a node on `device` with IPv4 addresses ipv4 and MAC `mac`
+// ("" = the port's own; a malformed one throws "--mac: bad MAC ..."). A path
+// MTU above 1024 gets mbufs for IB MTU 4096 frames (af_packet needs
+// framesz=8192 in the devargs for those).
+EmbedOptions node_options(const std::string& device, const std::vector<std::string>& eal,
+                          const std::vector<std::string>& ipv4, const std::string& mac, uint32_t path_mtu);
+
+// Checks that GID index gid_index exists on the node (throws naming `flag`
+// otherwise) and prints " device DEV mac MAC gid[i] GID" on stdout.
+void announce_node(Embedded& node, const std::string& device, uint32_t gid_index, const char* flag);
+
 }  // namespace droce::engine

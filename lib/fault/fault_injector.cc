@@ -96,6 +96,13 @@ uint16_t FaultInjector::apply(io::PacketIo& io, io::PktBuf** bufs, uint16_t n, u
         if (copy->cap >= b->len) {
           std::memcpy(copy->data, b->data, b->len);
           copy->len = b->len;
+          // Zero-copy frame: the copy refers to the same registered memory
+          // (the backend takes a reference for each when it sends them).
+          copy->ext = b->ext;
+          copy->ext_ref = b->ext_ref;
+          copy->ext_len = b->ext_len;
+          copy->tail_len = b->tail_len;
+          std::memcpy(copy->tail, b->tail, sizeof copy->tail);
           copy->port = b->port;
           copy->queue = b->queue;
           out[nout++] = copy;

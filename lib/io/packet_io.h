@@ -20,12 +20,25 @@ namespace droce::io {
 
 struct PktBuf {
   uint8_t* data = nullptr;  // first byte of the Ethernet frame
-  uint32_t len = 0;         // frame length
+  uint32_t len = 0;         // frame length (TX with ext: the bytes at data, before ext)
   uint32_t cap = 0;         // bytes available from data
   void* backend = nullptr;  // the backend's own handle (e.g. the rte_mbuf)
   uint16_t port = 0;        // port the frame came in on / goes out of
   uint16_t queue = 0;
+  // Zero-copy TX (only on a backend whose zero_copy_tx() is true): the frame
+  // goes on after the len bytes at data with ext_len bytes at ext (registered
+  // memory the device reads in place; ext_ref is the backend's handle for
+  // that memory, see the backend) and then tail_len bytes of tail (pad +
+  // ICRC). The backend's tx_burst consumes these and clears ext. Buffers
+  // from alloc_burst / rx_burst come with ext == nullptr.
+  const uint8_t* ext = nullptr;
+  void* ext_ref = nullptr;
+  uint32_t ext_len = 0;
+  uint8_t tail_len = 0;
+  uint8_t tail[7]{};
+  uint32_t frame_len() const noexcept { return ext ? len + ext_len + tail_len : len; }
 };
+static_assert(sizeof(PktBuf) <= 64, "PktBuf lives in one cache line (the mbuf private area)");
 
 class PacketIo {
  public:
@@ -36,6 +49,9 @@ class PacketIo {
   virtual void free_burst(PktBuf** bufs, uint16_t n) noexcept = 0;
   virtual uint32_t buf_capacity() const noexcept = 0;
   virtual wire::MacAddr mac() const noexcept = 0;
+  // True when tx_burst honours PktBuf::ext (payload by reference). Control
+  // path: asked once, not per packet.
+  virtual bool zero_copy_tx() const noexcept { return false; }
 };
 
 // Time for timers: nanoseconds from an arbitrary origin, monotonic. The

@@ -296,6 +296,7 @@ void completer_rx(Engine& e, Qp& q, const wire::PacketView& pkt) noexcept {
           break;
         }
         e.count(Ctr::ErrNakReceived);
+        ++q.ctr.err_naks_received;
         SendWqe* w = wqe_at(q, psn);
         if (w) {
           wqe_done(q, *w,

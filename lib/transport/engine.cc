@@ -19,7 +19,7 @@ constexpr const char* kCtrNames[] = {
     "atomic_replayed",   "read_replayed",      "dup_request",       "out_of_seq_request",
     "ghost_response",    "uc_msg_dropped",     "ud_qkey_drop",      "ud_no_recv_drop",
     "ud_len_drop",       "ce_received",        "cnp_sent",          "cnp_suppressed",
-    "cnp_received",      "cq_overrun",
+    "cnp_received",      "cq_overrun",        "tx_zero_copy",      "tx_copied",
 };
 static_assert(std::size(kCtrNames) == static_cast<size_t>(Ctr::kCount));
 }  // namespace
@@ -69,6 +69,21 @@ bool gather(const verbs::MrTable& mrs, uint32_t pd, const verbs::SendWqe& w, uin
   return len == 0;
 }
 
+const uint8_t* gather_ref(const verbs::MrTable& mrs, uint32_t pd, const verbs::SendWqe& w, uint32_t off,
+                          uint32_t len, void** dma) noexcept {
+  if (w.is_inline || len == 0) return nullptr;
+  for (uint32_t i = 0; i < w.wr.num_sge; ++i) {
+    const verbs::Sge& s = w.wr.sg_list[i];
+    if (off >= s.length) {
+      off -= s.length;
+      continue;
+    }
+    if (s.length - off < len) return nullptr;  // spans two SGEs: copy
+    return mrs.lookup(s.lkey, pd, s.addr + off, len, 0, nullptr, dma);
+  }
+  return nullptr;
+}
+
 bool scatter(const verbs::MrTable& mrs, uint32_t pd, const verbs::Sge* sge, uint32_t num_sge, uint32_t off,
              const uint8_t* src, uint32_t len) noexcept {
   if (len == 0) return true;
@@ -111,6 +126,7 @@ Engine::Engine(const EngineConfig& cfg, io::PacketIo& io, const io::Clock& clock
   resp_q_.reset(new Qp*[qcap]);
   now_ = clock_.now_ns();
   last_timer_scan_ = now_;
+  zero_copy_ = cfg_.zero_copy_min != 0 && io_.zero_copy_tx();
 }
 
 Engine::~Engine() {
@@ -412,6 +428,30 @@ void Engine::end_frame(const wire::Headers& h, uint32_t payload_len) noexcept {
   count(Ctr::TxFrames);
 }
 
+bool Engine::send_payload(const wire::Headers& h, const uint8_t* src, uint32_t len, void* dma) noexcept {
+  uint8_t* dst = begin_frame(h, len);  // checks the whole frame fits (the backend's copy fallback)
+  if (!dst) return false;
+  if (dma && zero_copy_ && len >= cfg_.zero_copy_min) {
+    io::PktBuf* b = cur_;
+    cur_ = nullptr;
+    b->len = static_cast<uint32_t>(dst - b->data);
+    b->ext = src;
+    b->ext_ref = dma;
+    b->ext_len = len;
+    b->tail_len = static_cast<uint8_t>(wire::finish_frame_ext({b->data, b->len}, h, src, len, b->tail));
+    tx_[tx_len_++] = b;
+    count(Ctr::TxFrames);
+    count(Ctr::TxZeroCopy);
+    return true;
+  }
+  if (len) {
+    std::memcpy(dst, src, len);
+    count(Ctr::TxCopied);
+  }
+  end_frame(h, len);
+  return true;
+}
+
 void Engine::flush_tx() noexcept {
   if (tx_len_ == 0) return;
   const uint16_t sent = io_.tx_burst(tx_, tx_len_);
@@ -447,6 +487,7 @@ void Engine::send_cnp(Qp& q, const wire::PacketView& pkt) noexcept {
   q.cnp_ever = true;
   q.last_cnp_ns = now_;
   ++q.ctr.cnp_sent;
+  q.count_tx(0);
   count(Ctr::CnpSent);
 }
 
@@ -484,6 +525,8 @@ void Engine::rx(io::PktBuf* b) noexcept {
     count(Ctr::RxBadState);
     return;
   }
+  ++q->ctr.rx_packets;
+  q->ctr.rx_bytes += pkt.payload_len;
   if (pkt.h.l3.ecn() == wire::kEcnCe) {
     count(Ctr::CeReceived);
     ++q->ctr.ce_received;

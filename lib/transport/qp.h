@@ -43,6 +43,7 @@ struct RespResource {
   uint32_t cur_psn = 0;
   uint64_t orig = 0;     // atomic: value returned (replayed for duplicates)
   uint8_t* host = nullptr;  // READ: host pointer of va
+  void* dma = nullptr;      // READ: the MR's zero-copy handle (PktBuf::ext_ref), or nullptr
 };
 
 // Responder (responder.cc).
@@ -71,7 +72,17 @@ struct RespState {
   uint32_t emit_head = 0, emit_tail = 0;
 };
 
+// Per-QP counters (the engine thread writes them; the control path reads a
+// copy through Dataplane::qps / droce-ctl qps). Bytes are payload bytes.
 struct QpCounters {
+  uint64_t tx_packets = 0;   // every frame of this QP: requests, responses, ACK/NAKs, CNPs
+  uint64_t tx_bytes = 0;
+  uint64_t rx_packets = 0;   // frames accepted for this QP (right transport, P_Key, state)
+  uint64_t rx_bytes = 0;
+  uint64_t seq_naks_sent = 0;
+  uint64_t rnr_naks_sent = 0;
+  uint64_t err_naks_sent = 0;
+  uint64_t err_naks_received = 0;
   uint64_t cnp_sent = 0;
   uint64_t cnp_received = 0;
   uint64_t ce_received = 0;
@@ -96,6 +107,10 @@ struct Qp : verbs::QpBase {
   bool cnp_ever = false;
   QpCounters ctr;
 
+  void count_tx(uint32_t payload) noexcept {
+    ++ctr.tx_packets;
+    ctr.tx_bytes += payload;
+  }
   bool rts_like() const noexcept {
     return state == verbs::QpState::Rts || state == verbs::QpState::Sqd;
   }

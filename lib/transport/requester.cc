@@ -108,15 +108,23 @@ bool build_packet(Engine& e, Qp& q, SendWqe& w, bool* last_of_wqe) noexcept {
     if (q.type == QpType::RC)
       h.bth.ackreq = last || q.req.pkts_since_ackreq + 1 >= e.config().ack_req_every;
   }
-  uint8_t* dst = e.begin_frame(h, payload);
-  if (!dst) return false;
-  if (!gather(e.mrs(), q.pd, w, offset, dst, payload)) {
-    // The MR was deregistered while the WQE was in flight (undefined in ibverbs): send zeros, count it.
-    std::memset(dst, 0, payload);
-    e.count(Ctr::ReqGatherErr);
+  void* dma = nullptr;
+  if (const uint8_t* src = gather_ref(e.mrs(), q.pd, w, offset, payload, &dma)) {
+    // One SGE holds the whole payload: by reference when it can go so, else one copy.
+    if (!e.send_payload(h, src, payload, dma)) return false;
+  } else {
+    uint8_t* dst = e.begin_frame(h, payload);
+    if (!dst) return false;
+    if (!gather(e.mrs(), q.pd, w, offset, dst, payload)) {
+      // The MR was deregistered while the WQE was in flight (undefined in ibverbs): send zeros, count it.
+      std::memset(dst, 0, payload);
+      e.count(Ctr::ReqGatherErr);
+    }
+    if (payload) e.count(Ctr::TxCopied);
+    e.end_frame(h, payload);
   }
-  e.end_frame(h, payload);
   q.req.pkts_since_ackreq = h.bth.ackreq ? 0 : q.req.pkts_since_ackreq + 1;
+  q.count_tx(payload);
   *last_of_wqe = last;
   return true;
 }

@@ -33,6 +33,7 @@ struct Ctx {
   uint32_t psn;
   bool rc;
   uint8_t* host = nullptr;  // rkey-checked target (WRITE FIRST/ONLY, READ, atomic)
+  void* dma = nullptr;      // READ: the MR's zero-copy handle
 };
 
 constexpr uint8_t kAckSyndrome = wire::kAethAck | wire::kAethCreditInvalid;
@@ -166,7 +167,7 @@ RespSt check_rkey(Ctx& c) noexcept {
   if (f & wire::kOpRead) {
     if (!(q.attr.qp_access_flags & verbs::kAccessRemoteRead)) return RespSt::ErrRemAccess;
     if (x.reth.len == 0) return RespSt::Execute;
-    c.host = c.e.mrs().lookup(x.reth.rkey, q.pd, x.reth.va, x.reth.len, verbs::kAccessRemoteRead, nullptr);
+    c.host = c.e.mrs().lookup(x.reth.rkey, q.pd, x.reth.va, x.reth.len, verbs::kAccessRemoteRead, nullptr, &c.dma);
     return c.host ? RespSt::Execute : RespSt::ErrRemAccess;
   }
   if (f & wire::kOpAtomic) {
@@ -239,6 +240,7 @@ RespSt execute(Ctx& c) noexcept {
     res.rkey = x.reth.rkey;
     res.resid = x.reth.len;
     res.host = c.host;
+    res.dma = c.dma;
     res.cur_psn = c.psn;
     r.psn = psn_add(res.last_psn, 1);
   } else {
@@ -320,8 +322,9 @@ RespSt duplicate(Ctx& c) noexcept {
       // Re-execute from the PSN and RETH of the repeated request (IBTA 9.7).
       const auto& reth = c.pkt.h.ext.reth;
       uint8_t* host = nullptr;
+      void* dma = nullptr;
       if (reth.len) {
-        host = c.e.mrs().lookup(reth.rkey, q.pd, reth.va, reth.len, verbs::kAccessRemoteRead, nullptr);
+        host = c.e.mrs().lookup(reth.rkey, q.pd, reth.va, reth.len, verbs::kAccessRemoteRead, nullptr, &dma);
         if (!host) return RespSt::Done;
       }
       const uint32_t npkts = reth.len ? static_cast<uint32_t>((uint64_t{reth.len} + q.mtu - 1) / q.mtu) : 1;
@@ -331,6 +334,7 @@ RespSt duplicate(Ctx& c) noexcept {
       res.rkey = reth.rkey;
       res.resid = reth.len;
       res.host = host;
+      res.dma = dma;
       res.cur_psn = c.psn;
       res.active = true;
       if (!queued) {
@@ -360,6 +364,7 @@ RespSt duplicate(Ctx& c) noexcept {
 void fatal_nak(Ctx& c, uint8_t code, WcStatus recv_status) noexcept {
   Qp& q = c.q;
   c.e.count(Ctr::ErrNakSent);
+  ++q.ctr.err_naks_sent;
   queue_ack(c.e, q, static_cast<uint8_t>(wire::kAethNak | code), c.psn);
   if (q.resp.have_recv && recv_status != WcStatus::Success) recv_complete(c.e, q, recv_status, q.resp.recv_off, 0, 0, q.attr.dest_qp_num);
   c.e.qp_to_error(q, /*keep_responses=*/true);  // responses owed for earlier requests precede the NAK
@@ -443,6 +448,7 @@ void responder_rx(Engine& e, Qp& q, const wire::PacketView& pkt) noexcept {
         if (!q.resp.nak_sent) {
           q.resp.nak_sent = true;
           e.count(Ctr::SeqNakSent);
+          ++q.ctr.seq_naks_sent;
           queue_ack(e, q, wire::kAethNak | wire::kNakPsnSeqError, q.resp.psn);
         }
         st = RespSt::Done;
@@ -451,6 +457,7 @@ void responder_rx(Engine& e, Qp& q, const wire::PacketView& pkt) noexcept {
         if (!q.resp.nak_sent) {
           q.resp.nak_sent = true;
           e.count(Ctr::RnrNakSent);
+          ++q.ctr.rnr_naks_sent;
           queue_ack(e, q, static_cast<uint8_t>(wire::kAethRnrNak | (q.attr.min_rnr_timer & 0x1F)), c.psn);
         }
         st = RespSt::Done;
@@ -502,6 +509,7 @@ bool responder_tx(Engine& e, Qp& q, uint32_t budget) noexcept {
       h.ext.atomic_orig = res.orig;
       if (!e.begin_frame(h, 0)) return true;
       e.end_frame(h, 0);
+      q.count_tx(0);
       res.active = false;
       ++r.emit_tail;
     } else {
@@ -514,10 +522,8 @@ bool responder_tx(Engine& e, Qp& q, uint32_t budget) noexcept {
                      : first       ? wire::op::RC_READ_RESPONSE_FIRST
                      : last        ? wire::op::RC_READ_RESPONSE_LAST
                                    : wire::op::RC_READ_RESPONSE_MIDDLE;
-      uint8_t* dst = e.begin_frame(h, plen);
-      if (!dst) return true;
-      if (plen) std::memcpy(dst, res.host, plen);
-      e.end_frame(h, plen);
+      if (!e.send_payload(h, res.host, plen, res.dma)) return true;
+      q.count_tx(plen);
       e.count(Ctr::ReadRespSent);
       res.host += plen;
       res.va += plen;
@@ -538,6 +544,7 @@ bool responder_tx(Engine& e, Qp& q, uint32_t budget) noexcept {
     h.ext.aeth = {r.ack_syndrome, r.msn};
     if (!e.begin_frame(h, 0)) return true;
     e.end_frame(h, 0);
+    q.count_tx(0);
     if ((r.ack_syndrome & wire::kAethKindMask) == wire::kAethAck) e.count(Ctr::AcksSent);
     r.ack_pending = false;
   }

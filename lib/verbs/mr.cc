@@ -39,6 +39,7 @@ int MrTable::reg_iova(Pd pd, void* host, uint64_t iova, uint64_t length, uint32_
   e.access = access;
   e.pd = pd.handle;
   e.next_free = 0;
+  e.dma = nullptr;
   e.state = 1;
   ++in_use_;
   *key_out = e.key;
@@ -52,6 +53,7 @@ int MrTable::dereg(uint32_t key) noexcept {
   if (e.key != key || e.state == 0) return EINVAL;
   e.state = 0;
   e.host = nullptr;
+  e.dma = nullptr;
   e.length = 0;
   e.next_free = free_head_;
   free_head_ = idx + 1;

@@ -28,6 +28,7 @@ struct alignas(64) MrEntry {
   uint32_t pd = 0;
   uint32_t next_free = 0;  // free-list link (index + 1; 0 = end)
   uint8_t state = 0;       // 0 free, 1 valid, 2 invalidated
+  void* dma = nullptr;     // the I/O backend's handle for zero-copy TX from this MR (or nullptr)
 };
 static_assert(sizeof(MrEntry) == 64);
 
@@ -52,8 +53,9 @@ class MrTable {
   // Data path: pointer to the bytes [va, va+len) of MR `key` if pd matches and
   // every bit of `access` is granted; nullptr and *err otherwise. access 0 =
   // local read (always allowed).
+  // dma (optional): the MR's zero-copy handle (set_dma), nullptr when none.
   uint8_t* lookup(uint32_t key, uint32_t pd, uint64_t va, uint64_t len, uint32_t access,
-                  MrError* err) const noexcept {
+                  MrError* err, void** dma = nullptr) const noexcept {
     const uint32_t idx = key >> 8;
     if (idx >= capacity_) return fail(err, MrError::BadKey);
     const MrEntry& e = entries_[idx];
@@ -63,7 +65,16 @@ class MrTable {
     // va - iova + len <= length, without overflow.
     if (va < e.iova || len > e.length || va - e.iova > e.length - len) return fail(err, MrError::OutOfBounds);
     if ((e.access & access) != access) return fail(err, MrError::NoAccess);
+    if (dma) *dma = e.dma;
     return e.host + (va - e.iova);
+  }
+  // Control path: attaches the backend's zero-copy handle to a valid MR
+  // (cleared by dereg). False if key is not a registered MR.
+  bool set_dma(uint32_t key, void* dma) noexcept {
+    const uint32_t idx = key >> 8;
+    if (idx >= capacity_ || entries_[idx].key != key || entries_[idx].state == 0) return false;
+    entries_[idx].dma = dma;
+    return true;
   }
 
   uint32_t capacity() const noexcept { return capacity_; }

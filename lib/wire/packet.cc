@@ -326,6 +326,25 @@ size_t finish_frame(std::span<uint8_t> frame, const Headers& h, uint32_t payload
   return body_end + kIcrcSize;
 }
 
+size_t finish_frame_ext(std::span<const uint8_t> hdr, const Headers& h, const uint8_t* payload,
+                        uint32_t payload_len, uint8_t* tail) noexcept {
+  const size_t hlen = header_len(h);
+  const bool has_payload = kOpcodeTable[h.bth.opcode].flags & kOpPayload;
+  const uint8_t pad = has_payload ? pad_for(payload_len) : 0;
+  const size_t l3 = l2_len(h);
+  if (hdr.size() < hlen || hlen <= l3) return 0;
+  // The masked part (IP, UDP, BTH) then the extension headers, as icrc_compute does.
+  const size_t ip_len = l3_len(h);
+  uint32_t c = icrc_begin(hdr.data() + l3, ip_len, h.l3.ipv6);
+  const size_t masked_end = l3 + ip_len + 8 + 12;  // IP + UDP + BTH
+  c = icrc_update(c, hdr.data() + masked_end, hlen - masked_end);
+  if (payload_len) c = icrc_update(c, payload, payload_len);
+  for (uint8_t i = 0; i < pad; ++i) tail[i] = 0;
+  if (pad) c = icrc_update(c, tail, pad);
+  icrc_store(tail + pad, c);
+  return size_t{pad} + kIcrcSize;
+}
+
 size_t build_frame(std::span<uint8_t> out, const Headers& h, std::span<const uint8_t> payload) noexcept {
   const auto plen = static_cast<uint32_t>(payload.size());
   if (out.size() < frame_len(h, plen)) return 0;

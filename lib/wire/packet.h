@@ -145,6 +145,14 @@ size_t build_headers(std::span<uint8_t> out, const Headers& h, uint32_t payload_
 // headers and payload are in place. Returns the frame length.
 size_t finish_frame(std::span<uint8_t> frame, const Headers& h, uint32_t payload_len) noexcept;
 
+// finish_frame for a frame whose payload is not behind its headers (zero-copy
+// TX: headers in one buffer, the payload in registered memory, pad + ICRC in a
+// third segment). hdr spans the bytes build_headers wrote; the ICRC is
+// computed over hdr, payload and pad, and pad + ICRC are written to tail
+// (room for 7 bytes). Returns the tail length (pad + 4).
+size_t finish_frame_ext(std::span<const uint8_t> hdr, const Headers& h, const uint8_t* payload,
+                        uint32_t payload_len, uint8_t* tail) noexcept;
+
 // build_headers + payload copy + finish_frame. Returns the frame length or 0.
 size_t build_frame(std::span<uint8_t> out, const Headers& h, std::span<const uint8_t> payload) noexcept;
 

@@ -39,7 +39,7 @@ port=18700
 perf_run() {  # perf_run OUTFILE ARGS...
   local out=$1; shift
   port=$((port + 1))
-  rm -f "$tmp/s.log"  # never mistake the last run's "waiting" line for this one's
+  : >"$tmp/s.log"  # emptied before the background start: the wait below must not see the last run's log
   ip netns exec "$ns" timeout -k 5 $((secs + 30)) "$perf" "$@" -p "$port" --device "net_af_packet0,iface=vb" \
     --ip 10.60.0.2 -- --lcores=0@1 "${EAL[@]}" >"$tmp/s.log" 2>&1 &
   local sp=$!

@@ -25,7 +25,8 @@ IFS=';' read -ra list <<<"${DROCE_PERF_RUNS:-write_bw -s 65536 -n 500;write_bw -
 for run in "${list[@]}"; do
   read -ra args <<<"$run"
   port=$((port + 1))
-  rm -f "$sock" "$tmp/server.log"  # a stale "waiting" line must not count
+  rm -f "$sock"
+  : >"$tmp/server.log"  # emptied before the background start: the wait below must not see the last run's log
   ip netns exec "$ns" timeout -k 5 60 "$perf" "${args[@]}" -p "$port" \
     --device "net_memif0,role=server,socket=$sock,id=3,mac=02:00:0a:15:00:02" --ip 10.21.0.2 \
     -- --lcores=0@1 "${EAL[@]}" >"$tmp/server.log" 2>&1 &

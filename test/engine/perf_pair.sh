@@ -49,50 +49,66 @@ for run in "${list[@]}"; do
   read -ra args <<<"$run"
   port=$((port + 1))
   # net_af_packet derives its PACKET_FANOUT group id from pid ^ ifindex; two
-  # processes whose ids clash cannot both probe ("Operation not permitted").
-  # A restart gets a new pid: try up to 3 times on that error.
-  # Every attempt logs to a file of its own: a log left by an earlier run or
-  # attempt must never be mistaken for this server's "waiting" line.
-  for attempt in 1 2 3; do
-    slog=$tmp/server.$port.$attempt.log
+  # processes whose ids clash cannot both probe ("probing device ...:
+  # Operation not permitted", the PMD saying PACKET_FANOUT: Invalid argument).
+  # A restart gets a new pid: try up to 5 times on that error. On this shared
+  # 2-CPU machine a node can take well over 10 s to start (EAL, hugepages):
+  # wait up to 45 s for the server to listen, as long as it is alive.
+  # The log is emptied here, not by the background job's redirection: that one
+  # may run after the first grep below, which then finds the previous run's
+  # "waiting for the client" and starts the client before this server is up
+  # (its 10 s of connection attempts run out while a slow server starts: the
+  # old flaky failure "tcp: cannot connect", mostly in the sanitizer build).
+  t_server=$SECONDS
+  for attempt in 1 2 3 4 5; do
+    : >"$tmp/server.log"
     # shellcheck disable=SC2086
-    ip netns exec "$ns" timeout -k 5 60 "$perf" "${args[@]}" -p "$port" --device "net_af_packet0,iface=vb$qp" \
+    ip netns exec "$ns" timeout -k 5 90 "$perf" "${args[@]}" -p "$port" --device "net_af_packet0,iface=vb$qp" \
       --ip 10.20.0.2 --mac 02:00:0a:14:00:02 --queues "$queues" --qp-timeout "$qpto" $faults -- --lcores=0@1 "${EAL[@]}" \
-      >"$slog" 2>&1 &
+      >"$tmp/server.log" 2>&1 &
     spid=$!
+    t_server=$SECONDS
     pids=("$spid")
-    for _ in $(seq 1 300); do
-      grep -q 'waiting for the client' "$slog" 2>/dev/null && break
+    for _ in $(seq 1 450); do
+      grep -q 'waiting for the client' "$tmp/server.log" 2>/dev/null && break
       kill -0 "$spid" 2>/dev/null || break
       sleep 0.1
     done
-    grep -q 'waiting for the client' "$slog" 2>/dev/null && break
-    kill "$spid" 2>/dev/null || true
+    grep -q 'waiting for the client' "$tmp/server.log" && break
+    if kill -0 "$spid" 2>/dev/null; then  # alive but not listening after 45 s: give up on this run
+      kill "$spid" 2>/dev/null
+      break
+    fi
     wait "$spid" 2>/dev/null || true
-    grep -q "probing device" "$slog" || break
+    grep -q "probing device" "$tmp/server.log" || break
+    sleep 0.3
   done
+  t_listen=$SECONDS
   crc=1
-  for attempt in 1 2 3; do
-    clog=$tmp/client.$port.$attempt.log
+  for attempt in 1 2 3 4 5; do
     # shellcheck disable=SC2086
-    ip netns exec "$ns" timeout -k 5 60 "$perf" "${args[@]}" 127.0.0.1 -p "$port" --device "net_af_packet1,iface=va$qp" \
+    ip netns exec "$ns" timeout -k 5 90 "$perf" "${args[@]}" 127.0.0.1 -p "$port" --device "net_af_packet1,iface=va$qp" \
       --ip 10.20.0.1 --mac 02:00:0a:14:00:01 --queues "$queues" --qp-timeout "$qpto" --report_gbits $faults \
-      -- --lcores=0@0 "${EAL[@]}" >"$clog" 2>&1 && crc=0 && break
-    grep -q "probing device" "$clog" || break
-    sleep 0.2
+      -- --lcores=0@0 "${EAL[@]}" >"$tmp/client.log" 2>&1 && crc=0 && break
+    grep -q "probing device" "$tmp/client.log" || break
+    sleep 0.3
   done
-  if [ "$crc" -eq 0 ] && wait "$spid"; then
-    echo "ok: ${args[*]} $faults"
-    grep -E '^ +[0-9]+ ' "$clog" | sed 's/^/    /'
-    grep -E 'transport:|port:|device:' "$clog" | sed 's/^/    /'
-  else
-    echo "FAIL: ${args[*]} $faults"
-    sed 's/^/  client| /' "$clog"
-    # The server may be blocked on a client that is gone: give it 5 s to finish its log.
+  t_client=$SECONDS
+  # A server whose client is gone may block in accept: 5 s to finish its log.
+  if [ "$crc" -ne 0 ]; then
     for _ in $(seq 1 50); do kill -0 "$spid" 2>/dev/null || break; sleep 0.1; done
     kill "$spid" 2>/dev/null || true
-    wait "$spid" 2>/dev/null || true
-    sed 's/^/  server| /' "$slog"
+  fi
+  src=0
+  wait "$spid" || src=$?
+  if [ "$crc" -eq 0 ] && [ "$src" -eq 0 ]; then
+    echo "ok: ${args[*]} $faults"
+    grep -E '^ +[0-9]+ ' "$tmp/client.log" | sed 's/^/    /'
+    grep -E 'transport:|port:|device:' "$tmp/client.log" | sed 's/^/    /'
+  else
+    echo "FAIL: ${args[*]} $faults (server started at ${t_server}s, listening at ${t_listen}s, client done at ${t_client}s, server exit $src)"
+    sed 's/^/  client| /' "$tmp/client.log"
+    sed 's/^/  server| /' "$tmp/server.log"
     fails=$((fails + 1))
   fi
   pids=()

@@ -274,6 +274,24 @@ sleep 2
 victim=$(pgrep -f "ib_write_bw -x $gidx -D 20 -p [0-9]* localhost" | while read -r p; do
   [ "$(cat /proc/"$p"/comm 2>/dev/null)" = ib_write_bw ] && echo "$p"; done | head -n 1)
 mid=$(ctl b call shim 2>/dev/null)
+# Per-QP counters mid-transfer, as JSON and as droce-ctl's table.
+if python3 - "$(ctl b qps 2>/dev/null)" <<'EOF'
+import json, sys
+q = [r for r in json.loads(sys.argv[1])["qps"] if r["state"] == "RTS"]
+ok = any(r["tx_packets"] > 0 and r["tx_bytes"] > 0 and r["rx_packets"] > 0 for r in q)
+ok = ok and all(k in q[0] for k in ("retransmits", "seq_naks_sent", "seq_naks_received", "rnr_naks_sent",
+                                    "rnr_naks_received", "err_naks_sent", "err_naks_received"))
+sys.exit(0 if ok else 1)
+EOF
+then
+  if "$CTL" -s "$T/b-ctl.sock" qps | head -n 1 | grep -qi "tx_packets.*tx_bytes.*rx_packets"; then
+    ok "droce-ctl qps: per-QP packets, bytes, retransmissions, NAKs, RNR (JSON and table) mid-transfer"
+  else
+    bad "droce-ctl qps table lacks the per-QP counters"; "$CTL" -s "$T/b-ctl.sock" qps | head -n 3
+  fi
+else
+  bad "droce-ctl qps --json: no per-QP traffic counters mid-transfer"; ctl b qps | head -c 2000
+fi
 if [ -n "$victim" ] && echo "$mid" | grep -q '"qp": *[1-9]'; then
   kill -KILL "$victim"
   ok "ib_write_bw client (node B) killed with SIGKILL mid-transfer"
