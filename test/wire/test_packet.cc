@@ -306,3 +306,31 @@ TEST_CASE("CNP has 16 reserved bytes and no payload", "[wire][packet]") {
   REQUIRE(parse_frame(f, v) == ParseError::Ok);
   CHECK((v.op->flags & kOpCnp));
 }
+
+TEST_CASE("finish_frame_ext: headers, payload elsewhere and tail make the frame finish_frame makes",
+          "[wire][packet][icrc]") {
+  for (bool ipv6 : {false, true})
+    for (bool vlan : {false, true})
+      for (uint8_t opc : {uint8_t{op::RC_WRITE_FIRST}, uint8_t{op::RC_WRITE_MIDDLE},
+                          uint8_t{op::RC_READ_RESPONSE_ONLY}, uint8_t{op::UD_SEND_ONLY_IMM}})
+        for (uint32_t plen : {1u, 2u, 3u, 4u, 1023u, 1024u, 4096u}) {
+          const Headers h = make_headers(opc, ipv6, vlan);
+          const auto payload = pattern(plen);
+          std::vector<uint8_t> whole(frame_len(h, plen));
+          REQUIRE(build_frame(whole, h, payload) == whole.size());
+          std::vector<uint8_t> hdr(whole.size());
+          const size_t hl = build_headers(hdr, h, plen);
+          REQUIRE(hl > 0);
+          uint8_t tail[7];
+          const size_t tl = finish_frame_ext({hdr.data(), hl}, h, payload.data(), plen, tail);
+          REQUIRE(hl + plen + tl == whole.size());
+          std::vector<uint8_t> chained(hdr.begin(), hdr.begin() + static_cast<long>(hl));
+          chained.insert(chained.end(), payload.begin(), payload.end());
+          chained.insert(chained.end(), tail, tail + tl);
+          CHECK(chained == whole);
+          if (plen % 4 == 0) {  // FIRST/MIDDLE packets carry no pad: only those lengths parse for every opcode
+            PacketView v;
+            CHECK(parse_frame(chained, v) == ParseError::Ok);
+          }
+        }
+}
