@@ -31,7 +31,8 @@
 # the guest cannot boot): scripts/test.sh counts 77 as skipped, never as passed.
 # Environment: RXEPEER (path of the rxepeer CLI), RXEPEER_NS (namespace, default rxepeer),
 #   INTEROP_OUT (captures, default build/interop), INTEROP_ONLY (a glob: run only the
-#   matching tests, e.g. 'write_*'), INTEROP_MTU (only runs at this MTU).
+#   matching tests, e.g. 'write_*'), INTEROP_MTU (only runs at this MTU), INTEROP_SKIP (a glob
+#   on TEST:MTU:LOSS:SIZE, extglob allowed: skip those runs, e.g. '@(*_lat:*:0:all|srq_pingpong:*)').
 set -uo pipefail
 { # the whole script is read before it runs: editing it meanwhile cannot change a running suite
 here=$(cd "$(dirname "$0")" && pwd)
@@ -484,6 +485,7 @@ run_case() {
   shift
   [[ -z "${INTEROP_ONLY:-}" || "$1" == $INTEROP_ONLY ]] || return 0
   [[ -z "${INTEROP_MTU:-}" || "$3" == "$INTEROP_MTU" ]] || return 0
+  [[ -z "${INTEROP_SKIP:-}" || "$1:$3:$4:$5" != $INTEROP_SKIP ]] || return 0
   if ! guest_ok; then
     echo "== guest $G1 does not answer ping: rebooting it"
     boot_guest "$G1" "$G1_IP" "$CUR_MTU"
