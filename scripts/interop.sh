@@ -257,7 +257,7 @@ PORT=$((20000 + RANDOM % 20000))
 row() {  # row TEST VIA DIR MTU LOSS SIZE RESULT FIGURES CHECK
   local dirname
   [ "$3" = d2r ] && dirname="droce->rxe" || dirname="rxe->droce"
-  ROWS+=("$(printf '%-14s %-5s %-11s %-5s %-10s %-7s %-5s %s | %s' "$1" "$2" "$dirname" "$4" "$5" "$6" "$7" "$8" "$9")")
+  ROWS+=("$(printf '%-27s %-5s %-11s %-5s %-10s %-7s %-5s %s | %s' "$1" "$2" "$dirname" "$4" "$5" "$6" "$7" "$8" "$9")")
   echo "   ${ROWS[-1]}"
 }
 
@@ -587,7 +587,7 @@ done
 echo
 echo "interop results ($mode, $(( ($(date +%s) - t_start) / 60 )) min; droce $DROCE_IP on $IFACE (droced + shim, or droce-interop = embed), rxe guest $G1 $G1_IP)"
 echo "captures: $OUT/interop-droce-to-rxe.pcap, $OUT/interop-rxe-to-droce.pcap (and one per run)"
-printf '%-14s %-5s %-11s %-5s %-10s %-7s %-5s %s\n' test via direction MTU loss/mode size result "figures droce-counters | capture check (droce's packets)"
+printf '%-27s %-5s %-11s %-5s %-10s %-7s %-5s %s\n' test via direction MTU loss/mode size result "figures droce-counters | capture check (droce's packets)"
 for r in "${ROWS[@]}"; do echo "$r"; done
 echo "${#ROWS[@]} runs, $FAILS failed, $RETRIES retried after a guest reboot"
 [ "$FAILS" -eq 0 ]
