@@ -431,14 +431,19 @@ int EngineShimBackend::create_qp(const ClientInfo& c, const shim::QpSetup& s, sh
   return 0;
 }
 
-int EngineShimBackend::to_ah(uint32_t port, const ibv_ah_attr& a, verbs::Ah& out) {
+int ah_from_verbs(const ibv_ah_attr& a, size_t gid_count, uint8_t port_tclass, verbs::Ah& out) {
   if (!a.is_global) return -EINVAL;  // RoCE: every address is a GID
   if (a.port_num != 1) return -EINVAL;
-  if (a.grh.sgid_index >= dp_.gids(port).size()) return -EINVAL;
+  if (a.grh.sgid_index >= gid_count) return -EINVAL;
   std::memcpy(out.dgid.data(), a.grh.dgid.raw, 16);
-  out.traffic_class = a.grh.traffic_class ? a.grh.traffic_class : dp_.tclass(port);
-  out.hop_limit = a.grh.hop_limit ? a.grh.hop_limit : 64;
-  out.flow_label = a.grh.flow_label;
+  out.traffic_class = a.grh.traffic_class ? a.grh.traffic_class : port_tclass;
+  out.hop_limit = kRoceRouteHopLimit;  // not a.grh.hop_limit: see kRoceRouteHopLimit
+  out.flow_label = a.grh.flow_label & 0xfffff;
+  return 0;
+}
+
+int EngineShimBackend::to_ah(uint32_t port, const ibv_ah_attr& a, verbs::Ah& out) {
+  if (int rc = ah_from_verbs(a, dp_.gids(port).size(), dp_.tclass(port), out)) return rc;
   if (!dp_.resolve(port, out.dgid, out.dmac)) return -EHOSTUNREACH;
   return 0;
 }

@@ -33,6 +33,19 @@
 
 namespace droce::daemon {
 
+// The IP TTL (IPv4) / hop limit (IPv6) of every RoCEv2 packet the shim's QPs and AHs send:
+// the route's default, 64. Linux does the same for any RoCE device (rxe, mlx5, ...): ib_core's
+// ib_resolve_eth_dmac() resolves each RoCEv2 address vector through the IP stack
+// (rdma_addr_find_l2_eth_by_grh) and overwrites grh.hop_limit with the route's hop limit, so
+// the unmodified pingpongs, which ask for hop_limit 1, put TTL 64 on the wire.
+inline constexpr uint8_t kRoceRouteHopLimit = 64;
+
+// An application's ibv_ah_attr as the engine's address vector, without the MAC (resolved
+// apart): RoCE needs the GRH (-EINVAL without is_global), port 1, an sgid_index below
+// gid_count; a traffic class of 0 takes the port's (DSCP << 2); the hop limit is the
+// route's (kRoceRouteHopLimit), whatever the attribute asks, as on Linux.
+int ah_from_verbs(const ibv_ah_attr& a, size_t gid_count, uint8_t port_tclass, verbs::Ah& out);
+
 struct ShimBackendStats {
   uint64_t sq_wqes = 0, rq_wqes = 0, cqes = 0, bad_wqes = 0, corrupt_rings = 0, events = 0;
 };
