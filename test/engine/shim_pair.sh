@@ -64,7 +64,7 @@ main_lcore = 0
 
 [[port]]
 name = "$2"
-device = "net_af_packet0,iface=$2"
+device = "net_af_packet0,iface=$2${DROCE_SHIM_DEVARGS:-}"
 mac = "$4"
 ipv4 = ["$3/24"]
 
@@ -86,7 +86,9 @@ mode = "0600"
 [log]
 level = "info"
 EOF
-  in_ns timeout -k 5 900 "$DROCED" --config "$T/$n.toml" >"$T/$n.log" 2>&1 &
+  # Not through in_ns (a function: $! would be a subshell, and TERM would not
+  # reach droced): ip netns exec execs timeout, which forwards TERM.
+  ip netns exec "$ns" timeout -k 5 900 "$DROCED" --config "$T/$n.toml" >"$T/$n.log" 2>&1 &
   pids+=($!)
   local pid=$!
   for _ in $(seq 150); do
@@ -175,6 +177,21 @@ no_objects() {
   clean_node b
   return 1
 }
+
+# Debugging: DROCE_SHIM_ONLY='pair "name" ib_read_bw -x "$gidx" -a' runs just
+# that (any shell text using pair/ctl/$gidx) and prints both nodes' counters.
+if [ -n "${DROCE_SHIM_ONLY:-}" ]; then
+  eval "$DROCE_SHIM_ONLY"
+  for n in a b; do echo "node $n:"; ctl "$n" counters 2>/dev/null | python3 -c 'import json,sys
+for g in json.load(sys.stdin).get("groups", []):
+    for inst in g.get("instances", []):
+        v = [f"{k}={x}" for k, x in zip(g["names"], inst["values"]) if x]
+        gn, iname = g["group"], inst["name"]
+        print(f"  {gn} {iname}: " + " ".join(v))' ; done
+  echo "$pass passed, $fail failed"
+  [ $fail -eq 0 ]
+  exit
+fi
 
 if [ "$mode" = bench ]; then
   # 64-byte WRITE message rate and SEND latency through the shim from
