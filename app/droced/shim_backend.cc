@@ -73,13 +73,18 @@ struct EngineShimBackend::Qp {
   bool has_rq = false;
   uint32_t max_send_sge = 1, max_recv_sge = 1;
   bool dead = false;
+  // Asynchronous events (core thread, except `event`).
+  int async_fd = -1;             // the client's, owned by the ShimServer
+  bool err_seen = false;         // the current stay in ERR was looked at
+  bool app_err = false;          // the client moved the QP to ERR itself
+  std::atomic<uint32_t> event{0};  // pending ibv_event_type, taken by the control thread
 };
 
 struct EngineShimBackend::Core {
   std::vector<Qp*> qps;  // core thread only (changed through run_on)
   std::vector<Srq*> srqs;
   std::vector<Cq*> cqs;
-  Ctr sq_wqes, rq_wqes, cqes, bad_wqes, corrupt, events;
+  Ctr sq_wqes, rq_wqes, cqes, bad_wqes, corrupt, events, async_events;
 };
 
 EngineShimBackend::EngineShimBackend(engine::Dataplane& dp, const config::Config& cfg)
@@ -115,6 +120,7 @@ ShimBackendStats EngineShimBackend::stats() const {
     s.bad_wqes += k->bad_wqes.get();
     s.corrupt_rings += k->corrupt.get();
     s.events += k->events.get();
+    s.async_events += k->async_events.get();
   }
   return s;
 }
@@ -392,6 +398,7 @@ int EngineShimBackend::create_qp(const ClientInfo& c, const shim::QpSetup& s, sh
   q->scq = scq->second.get();
   q->rcq = rcq->second.get();
   if (q->scq->core != q->core || q->rcq->core != q->core || (srq && srq->core != q->core)) return -EINVAL;
+  q->async_fd = s.async_eventfd;
   q->max_send_sge = std::max<uint32_t>(s.cap.max_send_sge, 1);
   q->max_recv_sge = std::max<uint32_t>(s.cap.max_recv_sge, 1);
   if (!q->sq.attach(s.sq, s.sq_entries)) return -EINVAL;
@@ -437,7 +444,13 @@ int ah_from_verbs(const ibv_ah_attr& a, size_t gid_count, uint8_t port_tclass, v
   if (a.grh.sgid_index >= gid_count) return -EINVAL;
   std::memcpy(out.dgid.data(), a.grh.dgid.raw, 16);
   out.traffic_class = a.grh.traffic_class ? a.grh.traffic_class : port_tclass;
-  out.hop_limit = kRoceRouteHopLimit;  // not a.grh.hop_limit: see kRoceRouteHopLimit
+  // As Linux for every RoCE device, rxe included (ib_resolve_unicast_gid_dmac on
+  // modify_qp and create_ah): a unicast destination is sent with its route's hop
+  // limit (kRoceRouteHopLimit), whatever the application asked (ibv_rc_pingpong
+  // asks for 1); only multicast keeps the caller's.
+  const bool multicast = a.grh.dgid.raw[0] == 0xff ||
+                         (wire::gid_is_ipv4_mapped(out.dgid) && (a.grh.dgid.raw[12] & 0xf0) == 0xe0);
+  out.hop_limit = multicast && a.grh.hop_limit ? a.grh.hop_limit : kRoceRouteHopLimit;
   out.flow_label = a.grh.flow_label & 0xfffff;
   return 0;
 }
@@ -484,6 +497,7 @@ int EngineShimBackend::modify_qp(const ClientInfo&, ObjId id, const ibv_qp_attr&
   const uint32_t mtu_bytes = cfg_.roce.path_mtu;
   return on_core(p->core, [p, v, mask, mtu_bytes](engine::CoreLoop&) {
     const int rc = p->eng->modify_qp(p->qpn, v, mask);
+    if (rc == 0 && (mask & verbs::kQpState) && v.qp_state == verbs::QpState::Err) p->app_err = true;
     // UD has no path MTU attribute: the port's.
     if (rc == 0 && p->type == verbs::QpType::UD && (mask & verbs::kQpState) && v.qp_state == verbs::QpState::Rtr)
       p->eqp->mtu = mtu_bytes;
@@ -574,9 +588,16 @@ int EngineShimBackend::destroy_ah(const ClientInfo&, ObjId id) {
 
 void EngineShimBackend::client_gone(const ClientInfo& c) { client_core_.erase(c.id); }
 
+uint32_t EngineShimBackend::take_qp_event(const ClientInfo&, ObjId id) {
+  auto it = qps_.find(id);
+  return it == qps_.end() ? 0 : it->second->event.exchange(0, std::memory_order_acquire);
+}
+
 // ---- data path (core threads) ----
 
-void EngineShimBackend::qp_error(Qp& q, verbs::Cq* cq, uint64_t wr_id, verbs::WcStatus st, bool send) noexcept {
+void EngineShimBackend::qp_error(Core& k, Qp& q, verbs::Cq* cq, uint64_t wr_id, verbs::WcStatus st,
+                                 bool send) noexcept {
+  k.bad_wqes.add(1);
   verbs::Wc wc;
   wc.wr_id = wr_id;
   wc.status = st;
@@ -588,50 +609,73 @@ void EngineShimBackend::qp_error(Qp& q, verbs::Cq* cq, uint64_t wr_id, verbs::Wc
   q.eng->modify_qp(q.qpn, a, verbs::kQpState);
 }
 
-uint32_t EngineShimBackend::drain_qp(Core& k, Qp& q) noexcept {
-  if (q.dead) return 0;
-  const verbs::QpState st = q.eqp->state;
-  uint32_t work = 0;
-  // Receive ring: into the engine's RQ while it has room.
-  if (q.has_rq) {
-    const uint32_t n = std::min(q.rq.available(), kBatch);
-    uint32_t i = 0;
-    for (; i < n; ++i) {
-      droce_shm_recv_wqe w;
-      q.rq.copy(i, &w);  // copy out first: the client can still write the slot
-      if (st == verbs::QpState::Reset) continue;  // RESET drops what is posted
-      verbs::RecvWr r;
-      r.wr_id = w.wr_id;
-      if (w.num_sge > q.max_recv_sge) {
-        k.bad_wqes.add(1);
-        qp_error(q, q.rcq->ecq, w.wr_id, verbs::WcStatus::LocLenErr, false);
-        continue;
-      }
-      r.num_sge = w.num_sge;
-      for (uint32_t j = 0; j < w.num_sge; ++j) r.sg_list[j] = {w.sge[j].addr, w.sge[j].length, w.sge[j].lkey};
-      const int rc = q.eng->post_recv(q.qpn, r);
-      if (rc == ENOMEM) break;  // engine RQ full: the rest waits in the ring
-      if (rc != 0) {
-        k.bad_wqes.add(1);
-        qp_error(q, q.rcq->ecq, w.wr_id, verbs::WcStatus::LocQpOpErr, false);
-      }
-    }
-    if (i) {
-      q.rq.release(i);
-      k.rq_wqes.add(i);
-      work += i;
-    }
-    if (q.rq.corrupt()) {
-      q.dead = true;
-      k.corrupt.add(1);
-      verbs::QpAttr a;
-      a.qp_state = verbs::QpState::Err;
-      q.eng->modify_qp(q.qpn, a, verbs::kQpState);
-      return work;
+namespace {
+// A ring whose index moved by more than its size: the object is dead for good.
+template <typename Ring>
+bool ring_corrupt(Ring& ring, bool& dead, Ctr& corrupt) noexcept {
+  if (!ring.corrupt()) return false;
+  dead = true;
+  corrupt.add(1);
+  return true;
+}
+// Gives the first n slots back to the client and counts them.
+template <typename Ring>
+uint32_t release(Ring& ring, uint32_t n, Ctr& ctr) noexcept {
+  if (n) {
+    ring.release(n);
+    ctr.add(n);
+  }
+  return n;
+}
+void to_recv_wr(const droce_shm_recv_wqe& w, verbs::RecvWr& r) noexcept {
+  r.wr_id = w.wr_id;
+  r.num_sge = w.num_sge;
+  for (uint32_t j = 0; j < w.num_sge; ++j) r.sg_list[j] = {w.sge[j].addr, w.sge[j].length, w.sge[j].lkey};
+}
+}  // namespace
+
+void EngineShimBackend::check_async(Core& k, Qp& q, verbs::QpState st) noexcept {
+  if (st != verbs::QpState::Err) {
+    q.err_seen = q.app_err = false;
+    return;
+  }
+  if (q.err_seen) return;
+  q.err_seen = true;
+  if (q.app_err) return;  // modify_qp(ERR) is no event
+  // The QP went to ERR by itself (retries exceeded, remote error, bad WQE, ...).
+  q.event.store(IBV_EVENT_QP_FATAL, std::memory_order_release);
+  k.async_events.add(1);
+  if (q.async_fd >= 0) {
+    uint64_t one = 1;
+    if (write(q.async_fd, &one, sizeof(one)) < 0) {
+      // counter saturated: the client does not read its events
     }
   }
-  // Send ring: held while the QP cannot send yet (INIT, RTR).
-  if (st == verbs::QpState::Init || st == verbs::QpState::Rtr) return work;
+}
+
+// Receive ring: into the engine's RQ while it has room.
+uint32_t EngineShimBackend::drain_rq(Core& k, Qp& q, verbs::QpState st) noexcept {
+  const uint32_t n = std::min(q.rq.available(), kBatch);
+  uint32_t i = 0;
+  for (; i < n; ++i) {
+    droce_shm_recv_wqe w;
+    q.rq.copy(i, &w);  // copy out first: the client can still write the slot
+    if (st == verbs::QpState::Reset) continue;  // RESET drops what is posted
+    if (w.num_sge > q.max_recv_sge) {
+      qp_error(k, q, q.rcq->ecq, w.wr_id, verbs::WcStatus::LocLenErr, false);
+      continue;
+    }
+    verbs::RecvWr r;
+    to_recv_wr(w, r);
+    const int rc = q.eng->post_recv(q.qpn, r);
+    if (rc == ENOMEM) break;  // engine RQ full: the rest waits in the ring
+    if (rc != 0) qp_error(k, q, q.rcq->ecq, w.wr_id, verbs::WcStatus::LocQpOpErr, false);
+  }
+  return release(q.rq, i, k.rq_wqes);
+}
+
+// Send ring: every entry copied out, validated, posted to the engine.
+uint32_t EngineShimBackend::drain_sq(Core& k, Qp& q) noexcept {
   const uint32_t n = std::min(q.sq.available(), kBatch);
   uint32_t i = 0;
   for (; i < n; ++i) {
@@ -673,27 +717,36 @@ uint32_t EngineShimBackend::drain_qp(Core& k, Qp& q) noexcept {
       s.ud.remote_qpn = w.remote_qpn & 0xffffff;
       s.ud.remote_qkey = w.remote_qkey;
     }
-    int rc = ok ? q.eng->post_send(q.qpn, s) : EINVAL;
+    const int rc = ok ? q.eng->post_send(q.qpn, s) : EINVAL;
     if (rc == ENOMEM) break;  // engine SQ full: the rest waits in the ring
-    if (rc != 0) {
-      k.bad_wqes.add(1);
-      qp_error(q, q.scq->ecq, w.wr_id, verbs::WcStatus::LocQpOpErr, true);
-    }
+    if (rc != 0) qp_error(k, q, q.scq->ecq, w.wr_id, verbs::WcStatus::LocQpOpErr, true);
   }
   // The slots go back before any completion of these WRs can be published
   // (the CQs are drained after every QP, and the engine completes later).
-  if (i) {
-    q.sq.release(i);
-    k.sq_wqes.add(i);
-    work += i;
-  }
-  if (q.sq.corrupt()) {
-    q.dead = true;
-    k.corrupt.add(1);
+  return release(q.sq, i, k.sq_wqes);
+}
+
+uint32_t EngineShimBackend::drain_qp(Core& k, Qp& q) noexcept {
+  if (q.dead) return 0;
+  const verbs::QpState st = q.eqp->state;
+  check_async(k, q, st);
+  auto to_error = [](Qp& x) {
     verbs::QpAttr a;
     a.qp_state = verbs::QpState::Err;
-    q.eng->modify_qp(q.qpn, a, verbs::kQpState);
+    x.eng->modify_qp(x.qpn, a, verbs::kQpState);
+  };
+  uint32_t work = 0;
+  if (q.has_rq) {
+    work += drain_rq(k, q, st);
+    if (ring_corrupt(q.rq, q.dead, k.corrupt)) {
+      to_error(q);
+      return work;
+    }
   }
+  // The send ring is held while the QP cannot send yet (INIT, RTR).
+  if (st == verbs::QpState::Init || st == verbs::QpState::Rtr) return work;
+  work += drain_sq(k, q);
+  if (ring_corrupt(q.sq, q.dead, k.corrupt)) to_error(q);
   return work;
 }
 
@@ -709,17 +762,11 @@ uint32_t EngineShimBackend::drain_srq(Core& k, Srq& s) noexcept {
       continue;
     }
     verbs::RecvWr r;
-    r.wr_id = w.wr_id;
-    r.num_sge = w.num_sge;
-    for (uint32_t j = 0; j < w.num_sge; ++j) r.sg_list[j] = {w.sge[j].addr, w.sge[j].length, w.sge[j].lkey};
+    to_recv_wr(w, r);
     if (s.eng->post_srq_recv(s.esrq, r) == ENOMEM) break;
   }
-  if (i) s.ring.release(i);
-  if (s.ring.corrupt()) {
-    s.dead = true;
-    k.corrupt.add(1);
-  }
-  if (i) k.rq_wqes.add(i);
+  release(s.ring, i, k.rq_wqes);
+  ring_corrupt(s.ring, s.dead, k.corrupt);
   return i;
 }
 

@@ -43,11 +43,12 @@ inline constexpr uint8_t kRoceRouteHopLimit = 64;
 // An application's ibv_ah_attr as the engine's address vector, without the MAC (resolved
 // apart): RoCE needs the GRH (-EINVAL without is_global), port 1, an sgid_index below
 // gid_count; a traffic class of 0 takes the port's (DSCP << 2); the hop limit is the
-// route's (kRoceRouteHopLimit), whatever the attribute asks, as on Linux.
+// route's (kRoceRouteHopLimit) for unicast, whatever the attribute asks, as on Linux;
+// multicast keeps the caller's.
 int ah_from_verbs(const ibv_ah_attr& a, size_t gid_count, uint8_t port_tclass, verbs::Ah& out);
 
 struct ShimBackendStats {
-  uint64_t sq_wqes = 0, rq_wqes = 0, cqes = 0, bad_wqes = 0, corrupt_rings = 0, events = 0;
+  uint64_t sq_wqes = 0, rq_wqes = 0, cqes = 0, bad_wqes = 0, corrupt_rings = 0, events = 0, async_events = 0;
 };
 
 class EngineShimBackend final : public shim::ShimBackend {
@@ -81,6 +82,7 @@ class EngineShimBackend final : public shim::ShimBackend {
   int create_ah(const shim::ClientInfo& c, shim::ObjId pd, const ibv_ah_attr& a, shim::AhResult& out) override;
   int destroy_ah(const shim::ClientInfo& c, shim::ObjId ah) override;
   void client_gone(const shim::ClientInfo& c) override;
+  uint32_t take_qp_event(const shim::ClientInfo& c, shim::ObjId qp) override;
 
   static constexpr uint32_t kMaxAhs = 4096;
 
@@ -102,9 +104,13 @@ class EngineShimBackend final : public shim::ShimBackend {
   int to_ah(uint32_t port, const ibv_ah_attr& a, verbs::Ah& out);
   uint32_t poll_core(Core& k) noexcept;
   uint32_t drain_qp(Core& k, Qp& q) noexcept;
+  uint32_t drain_rq(Core& k, Qp& q, verbs::QpState st) noexcept;
+  uint32_t drain_sq(Core& k, Qp& q) noexcept;
+  void check_async(Core& k, Qp& q, verbs::QpState st) noexcept;
   uint32_t drain_srq(Core& k, Srq& s) noexcept;
   uint32_t drain_cq(Core& k, Cq& c) noexcept;
-  void qp_error(Qp& q, verbs::Cq* cq, uint64_t wr_id, verbs::WcStatus st, bool send) noexcept;
+  // A bad work request: counted, completed in error, the QP to ERR.
+  void qp_error(Core& k, Qp& q, verbs::Cq* cq, uint64_t wr_id, verbs::WcStatus st, bool send) noexcept;
 
   engine::Dataplane& dp_;
   const config::Config& cfg_;

@@ -71,7 +71,8 @@ json ShimComponent::status() const {
               {"cqes", b.cqes},
               {"bad_wqes", b.bad_wqes},
               {"corrupt_rings", b.corrupt_rings},
-              {"events", b.events}};
+              {"events", b.events},
+              {"async_events", b.async_events}};
 }
 
 }  // namespace droce::daemon

@@ -404,8 +404,12 @@ void CoreLoop::housekeeping(uint64_t now_tsc) noexcept {
 
 uint32_t CoreLoop::poll_once() noexcept {
   uint32_t work = 0;
-  for (auto& s : slots_) work += s.eng->poll();
+  // Pollers first: work requests posted through them (the verbs shim's rings)
+  // reach the engine before this iteration's receive burst, so a datagram
+  // never finds the receive queue empty while its WQE waits in a ring, and a
+  // send goes out in the same iteration it is taken.
   for (auto& p : pollers_) work += p.second();
+  for (auto& s : slots_) work += s.eng->poll();
   if (!rte_ring_empty(cmd_)) run_commands();
   const uint64_t now = rte_rdtsc();
   if (now >= next_hk_) housekeeping(now);

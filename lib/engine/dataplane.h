@@ -152,7 +152,7 @@ class CoreLoop {
   transport::Engine* engine(uint32_t port) noexcept;
   std::vector<Slot>& slots() noexcept { return slots_; }
 
-  // One iteration: every slot's engine, the pollers, commands, ~1 ms housekeeping.
+  // One iteration: the pollers, every slot's engine, commands, ~1 ms housekeeping.
   uint32_t poll_once() noexcept;
   // Runs on this core, every iteration; returns work done. Core thread only
   // (install it with Dataplane::add_poller).

@@ -91,6 +91,7 @@ struct QpSetup {
   uint32_t sq_entries;
   droce_shm_ring_hdr* rq;     // receive ring, nullptr with an SRQ
   uint32_t rq_entries;
+  int async_eventfd;          // the client's (OpenAsync), or -1: write 1 per event
 };
 struct QpResult {
   ObjId id;
@@ -133,6 +134,11 @@ class ShimBackend {
   // another's AH by guessing numbers).
   virtual int create_ah(const ClientInfo& c, ObjId pd, const ibv_ah_attr& a, AhResult& out) = 0;
   virtual int destroy_ah(const ClientInfo& c, ObjId ah) = 0;
+
+  // Asynchronous events: when a QP goes to ERR by itself (not by modify_qp) the
+  // backend records IBV_EVENT_QP_FATAL for it and writes 1 to its
+  // async_eventfd; this takes the recorded event (0 when none).
+  virtual uint32_t take_qp_event(const ClientInfo&, ObjId) { return 0; }
 
   // Called once when a client connection ends, after its objects are gone.
   virtual void client_gone(const ClientInfo&) {}

@@ -55,6 +55,8 @@ enum class Op : uint16_t {
   DestroyQp,         // HandleReq -> Empty
   CreateAh,          // CreateAhReq -> CreateAhResp
   DestroyAh,         // HandleReq -> Empty
+  OpenAsync,         // Empty -> Empty + the client's async eventfd (one per connection)
+  GetAsyncEvent,     // Empty -> AsyncEventResp, -EAGAIN when none is pending
   Count_
 };
 
@@ -207,6 +209,13 @@ struct CreateAhResp {
   uint32_t ah_num;  // what send WQEs carry in droce_shm_send_wqe.ah
 };
 
+// An asynchronous event (ibv_get_async_event): the eventfd of OpenAsync counts
+// them (semaphore); each GetAsyncEvent takes one.
+struct AsyncEventResp {
+  uint32_t event_type;  // ibv_event_type
+  uint32_t handle;      // the QP it is about
+};
+
 // The body type of each op's request and response.
 template <Op O> struct Body;
 #define DROCE_SHIM_OP(O, Req, Resp)      \
@@ -237,6 +246,8 @@ DROCE_SHIM_OP(QueryQp, QueryQpReq, QueryQpResp)
 DROCE_SHIM_OP(DestroyQp, HandleReq, Empty)
 DROCE_SHIM_OP(CreateAh, CreateAhReq, CreateAhResp)
 DROCE_SHIM_OP(DestroyAh, HandleReq, Empty)
+DROCE_SHIM_OP(OpenAsync, Empty, Empty)
+DROCE_SHIM_OP(GetAsyncEvent, Empty, AsyncEventResp)
 #undef DROCE_SHIM_OP
 
 // Empty bodies are sent as zero bytes.

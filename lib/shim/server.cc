@@ -68,6 +68,10 @@ struct ShimServer::Client {
     }
   };
   std::map<uint32_t, std::unique_ptr<Obj>> objs;
+  int async_fd = -1;  // OpenAsync's eventfd (the client has its own copy)
+  ~Client() {
+    if (async_fd >= 0) ::close(async_fd);
+  }
 };
 
 using Client = ShimServer::Client;
@@ -225,6 +229,26 @@ struct ServerOps {
     r.handle = add(std::move(o), {});
     return 0;
   }
+  int open_async() {
+    if (c.async_fd < 0) {
+      // A semaphore: one read per event. Nonblocking: the core threads write it.
+      c.async_fd = eventfd(0, EFD_CLOEXEC | EFD_SEMAPHORE | EFD_NONBLOCK);
+      if (c.async_fd < 0) return -errno;
+    }
+    out_fds[n_out_fds++] = c.async_fd;  // still owned by the client
+    return 0;
+  }
+  int get_async_event(AsyncEventResp& r) {
+    for (auto& [h, o] : c.objs) {
+      if (o->kind != ObjKind::Qp) continue;
+      if (uint32_t t = s.backend_.take_qp_event(c.info, o->id)) {
+        r.event_type = t;
+        r.handle = h;
+        return 0;
+      }
+    }
+    return -EAGAIN;
+  }
   int create_cq(const CreateCqReq& q, CreateCqResp& r) {
     if (int e = room()) return e;
     Obj* ch = nullptr;
@@ -317,7 +341,7 @@ struct ServerOps {
                                       s.cfg_.rings_in_hugepages)) return rc;
     QpSetup setup{pd->id, scq->id, rcq->id, srq ? srq->id : 0, static_cast<ibv_qp_type>(q.qp_type),
                   q.sq_sig_all != 0, cap, region_ring(o->region, 0), sq_entries,
-                  srq ? nullptr : region_ring(o->region, 1), rq_entries};
+                  srq ? nullptr : region_ring(o->region, 1), rq_entries, c.async_fd};
     QpResult res{};
     if (int rc = s.backend_.create_qp(c.info, setup, res)) return rc;
     o->id = res.id;
@@ -594,6 +618,8 @@ bool ShimServer::serve(Client& c) {
       case Op::DestroyQp: run.operator()<Op::DestroyQp>([&](const HandleReq& q, Empty&) { return ops.destroy(q.handle, ObjKind::Qp, false); }); break;
       case Op::CreateAh: run.operator()<Op::CreateAh>([&](const CreateAhReq& q, CreateAhResp& r) { return ops.create_ah(q, r); }); break;
       case Op::DestroyAh: run.operator()<Op::DestroyAh>([&](const HandleReq& q, Empty&) { return ops.destroy(q.handle, ObjKind::Ah, false); }); break;
+      case Op::OpenAsync: run.operator()<Op::OpenAsync>([&](Empty&) { return ops.open_async(); }); break;
+      case Op::GetAsyncEvent: run.operator()<Op::GetAsyncEvent>([&](AsyncEventResp& r) { return ops.get_async_event(r); }); break;
       default: rc = -EOPNOTSUPP; break;
     }
   }

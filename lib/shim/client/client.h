@@ -28,6 +28,7 @@ class ShimConnection {
   int connect(const std::string& path);  // 0 or -errno
   void close();
   bool connected() const { return fd_ >= 0; }
+  int fd() const { return fd_; }  // for poll(): hang-up = the daemon is gone
 
   // One request/response. Returns the server's status (0 or -errno) or a
   // local -errno. Received fds go to out_fds (the caller owns them); any

@@ -14,6 +14,8 @@
 // nodes (IBVERBS_1.0 ... IBVERBS_1.14, IBVERBS_PRIVATE_34).
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <poll.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <infiniband/verbs.h>
 #include <unistd.h>
@@ -22,6 +24,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <new>
 #include <string>
@@ -63,7 +66,16 @@ struct FContext {
   verbs_context vctx;  // ibv_context is its last member
   ShimConnection conn;
   FDevice* dev;
+  // async_fd (given to the program) is an epoll set of the daemon's event
+  // counter (events_fd) and the control socket (its hang-up: DEVICE_FATAL).
   int async_fd;
+  int events_fd;
+  struct Async {
+    std::mutex mu;
+    bool fatal_reported = false;
+    std::map<uint32_t, ibv_qp*> qps;  // handle -> QP, for the events' element.qp
+  };
+  Async* async;  // behind a pointer: FContext stays standard-layout
 };
 static_assert(offsetof(verbs_context, context) + sizeof(ibv_context) == sizeof(verbs_context),
               "verbs_context must end with ibv_context");
@@ -415,9 +427,25 @@ ibv_context* droce_v11_ibv_open_device(ibv_device* d) {
   ibv_context& c = v.context;
   c.device = d;
   c.cmd_fd = -1;  // no kernel command fd
-  // No asynchronous events are delivered yet: an eventfd nobody writes, so
-  // poll() on async_fd never fires and ibv_get_async_event blocks.
-  f->async_fd = eventfd(0, EFD_CLOEXEC);
+  // Asynchronous events: the daemon's counter of pending events and the
+  // control socket's hang-up, both behind one pollable fd.
+  Empty e;
+  int nfd = 0;
+  f->events_fd = -1;
+  f->async = new (std::nothrow) FContext::Async();
+  if (f->async == nullptr) {
+    delete_obj(f);
+    return fail<ibv_context>(-ENOMEM);
+  }
+  if (f->conn.call<Op::OpenAsync>({}, e, nullptr, 0, &f->events_fd, 1, &nfd) != 0 || nfd != 1) f->events_fd = -1;
+  f->async_fd = epoll_create1(EPOLL_CLOEXEC);
+  if (f->async_fd >= 0) {
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    if (f->events_fd >= 0) epoll_ctl(f->async_fd, EPOLL_CTL_ADD, f->events_fd, &ev);
+    ev.events = EPOLLRDHUP;
+    epoll_ctl(f->async_fd, EPOLL_CTL_ADD, f->conn.fd(), &ev);
+  }
   c.async_fd = f->async_fd;
   c.num_comp_vectors = 1;
   pthread_mutex_init(&c.mutex, nullptr);
@@ -434,6 +462,8 @@ DROCE_EXPORT_1_1(ibv_close_device)
 int droce_v11_ibv_close_device(ibv_context* c) {
   FContext* f = ctx_of(c);
   if (f->async_fd >= 0) close(f->async_fd);
+  if (f->events_fd >= 0) close(f->events_fd);
+  delete f->async;
   pthread_mutex_destroy(&c->mutex);
   // Closing the connection makes the daemon destroy whatever is left.
   delete_obj(f);
@@ -830,6 +860,11 @@ DROCE_EXPORT ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* init) {
   pthread_mutex_init(&qp.mutex, nullptr);
   pthread_cond_init(&qp.cond, nullptr);
   init->cap = r.cap;
+  {
+    FContext::Async& as = *ctx_of(pd->context)->async;
+    std::lock_guard<std::mutex> g(as.mu);
+    as.qps[r.handle] = &qp;
+  }
   return &qp;
 }
 
@@ -866,6 +901,11 @@ DROCE_EXPORT int ibv_destroy_qp(ibv_qp* qp) {
   Empty e;
   int rc = conn_of(qp->context).call<Op::DestroyQp>({f->handle}, e);
   if (rc != 0) return -rc;
+  {
+    FContext::Async& as = *ctx_of(qp->context)->async;
+    std::lock_guard<std::mutex> g(as.mu);
+    as.qps.erase(f->handle);
+  }
   pthread_mutex_destroy(&qp->mutex);
   pthread_cond_destroy(&qp->cond);
   delete_obj(f);
@@ -939,14 +979,65 @@ DROCE_EXPORT ibv_ah* ibv_create_ah_from_wc(ibv_pd* pd, ibv_wc* wc, ibv_grh* grh,
 DROCE_EXPORT int ibv_attach_mcast(ibv_qp*, const ibv_gid*, uint16_t) { return EOPNOTSUPP; }
 DROCE_EXPORT int ibv_detach_mcast(ibv_qp*, const ibv_gid*, uint16_t) { return EOPNOTSUPP; }
 
-// ---- asynchronous events (none are delivered yet) -------------------------------
+// ---- asynchronous events ----------------------------------------------------------
+// IBV_EVENT_QP_FATAL when a QP goes to ERR by itself (the daemon counts it on
+// events_fd, GetAsyncEvent names the QP); IBV_EVENT_DEVICE_FATAL once when the
+// daemon goes away (the control socket hangs up). Blocks unless the program
+// made async_fd nonblocking (then -1 with EAGAIN), as rdma-core's.
 
-DROCE_EXPORT int ibv_get_async_event(ibv_context* c, ibv_async_event*) {
-  uint64_t v;
-  while (read(c->async_fd, &v, sizeof(v)) < 0 && errno == EINTR) {
+DROCE_EXPORT int ibv_get_async_event(ibv_context* c, ibv_async_event* ev) {
+  FContext* f = ctx_of(c);
+  FContext::Async& as = *f->async;
+  const int fl = fcntl(c->async_fd, F_GETFL);
+  const bool nonblock = fl >= 0 && (fl & O_NONBLOCK);
+  for (;;) {
+    bool fatal_done;
+    {
+      std::lock_guard<std::mutex> g(as.mu);
+      fatal_done = as.fatal_reported;
+    }
+    pollfd p[2] = {{f->events_fd, POLLIN, 0}, {fatal_done ? -1 : f->conn.fd(), POLLRDHUP, 0}};
+    const int n = poll(p, 2, nonblock ? 0 : -1);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return -1;
+    }
+    if (p[1].revents & (POLLHUP | POLLRDHUP | POLLERR)) {
+      std::lock_guard<std::mutex> g(as.mu);
+      if (!as.fatal_reported) {
+        as.fatal_reported = true;
+        // Level-triggered: the hang-up must not keep async_fd readable.
+        epoll_ctl(c->async_fd, EPOLL_CTL_DEL, f->conn.fd(), nullptr);
+        *ev = ibv_async_event{};
+        ev->element.port_num = 1;
+        ev->event_type = IBV_EVENT_DEVICE_FATAL;
+        return 0;
+      }
+    }
+    if (p[0].revents & POLLIN) {
+      uint64_t v = 0;
+      if (read(f->events_fd, &v, sizeof(v)) == static_cast<ssize_t>(sizeof(v))) {
+        AsyncEventResp r{};
+        if (f->conn.call<Op::GetAsyncEvent>({}, r) == 0) {
+          std::lock_guard<std::mutex> g(as.mu);
+          auto it = as.qps.find(r.handle);
+          if (it != as.qps.end()) {  // else the QP was destroyed meanwhile
+            *ev = ibv_async_event{};
+            ev->element.qp = it->second;
+            ev->event_type = static_cast<ibv_event_type>(r.event_type);
+            return 0;
+          }
+        }
+      }
+      continue;
+    }
+    if (nonblock || n == 0) {
+      errno = EAGAIN;
+      return -1;
+    }
   }
-  return -1;  // EAGAIN when the program made async_fd nonblocking
 }
+// Nothing to release: destroying a QP does not wait for its events' acks.
 DROCE_EXPORT void ibv_ack_async_event(ibv_async_event*) {}
 
 // ---- fork, sysfs, misc ----------------------------------------------------------

@@ -1,0 +1,151 @@
+// Asynchronous events through the verbs front on a real droced node
+// (shim_pair.sh runs it against node B, DROCE_SOCKET):
+//   1. an RC QP whose peer QPN does not exist, ACK timeout 8 us, retry_cnt 0:
+//      a SEND completes with RETRY_EXC_ERR, the QP goes to ERR by itself and
+//      async_fd becomes readable: ibv_get_async_event = IBV_EVENT_QP_FATAL
+//      naming that QP;
+//   2. a QP the program moves to ERR itself raises no event (async_fd stays
+//      quiet, nonblocking ibv_get_async_event fails with EAGAIN);
+//   3. prints "waiting for DEVICE_FATAL", then the script stops the daemon:
+//      async_fd becomes readable and the event is IBV_EVENT_DEVICE_FATAL.
+//   shim_async_check PEER_IPV4 SGID_INDEX
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <infiniband/verbs.h>
+#include <poll.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+namespace {
+
+int failures = 0;
+
+void check(bool ok, const char* what) {
+  std::printf("%s %s\n", ok ? "ok  " : "FAIL", what);
+  std::fflush(stdout);
+  if (!ok) ++failures;
+}
+
+bool readable(int fd, int ms) {
+  pollfd p{fd, POLLIN, 0};
+  return poll(&p, 1, ms) == 1 && (p.revents & POLLIN);
+}
+
+ibv_qp* make_qp(ibv_pd* pd, ibv_cq* cq) {
+  ibv_qp_init_attr ia{};
+  ia.send_cq = cq;
+  ia.recv_cq = cq;
+  ia.qp_type = IBV_QPT_RC;
+  ia.cap.max_send_wr = 4;
+  ia.cap.max_recv_wr = 4;
+  ia.cap.max_send_sge = 1;
+  ia.cap.max_recv_sge = 1;
+  ia.sq_sig_all = 1;
+  ibv_qp* qp = ibv_create_qp(pd, &ia);
+  if (qp == nullptr) return nullptr;
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_INIT;
+  a.port_num = 1;
+  if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) != 0) return nullptr;
+  return qp;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 3) {
+    std::fprintf(stderr, "usage: %s PEER_IPV4 SGID_INDEX\n", argv[0]);
+    return 2;
+  }
+  in_addr peer{};
+  if (inet_pton(AF_INET, argv[1], &peer) != 1) return 2;
+  int n = 0;
+  ibv_device** list = ibv_get_device_list(&n);
+  if (list == nullptr || n < 1) {
+    std::printf("FAIL no device\n");
+    return 1;
+  }
+  ibv_context* ctx = ibv_open_device(list[0]);
+  ibv_pd* pd = ctx ? ibv_alloc_pd(ctx) : nullptr;
+  ibv_cq* cq = pd ? ibv_create_cq(ctx, 16, nullptr, nullptr, 0) : nullptr;
+  ibv_qp* qp = cq ? make_qp(pd, cq) : nullptr;
+  if (qp == nullptr) {
+    std::printf("FAIL setup: %s\n", std::strerror(errno));
+    return 1;
+  }
+  check(!readable(ctx->async_fd, 0), "async_fd quiet after open");
+
+  // 1. QP_FATAL: nobody answers, one ACK timeout of 8 us, no retry.
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_RTR;
+  a.path_mtu = IBV_MTU_1024;
+  a.dest_qp_num = 0xFFFF00;  // no such QP on the peer: it drops the request
+  a.rq_psn = 0;
+  a.max_dest_rd_atomic = 1;
+  a.min_rnr_timer = 12;
+  a.ah_attr.is_global = 1;
+  a.ah_attr.port_num = 1;
+  a.ah_attr.grh.sgid_index = static_cast<uint8_t>(std::atoi(argv[2]));
+  a.ah_attr.grh.hop_limit = 64;
+  a.ah_attr.grh.dgid.raw[10] = 0xff;
+  a.ah_attr.grh.dgid.raw[11] = 0xff;
+  std::memcpy(a.ah_attr.grh.dgid.raw + 12, &peer, 4);
+  int rc = ibv_modify_qp(qp, &a,
+                         IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                             IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
+  a = ibv_qp_attr{};
+  a.qp_state = IBV_QPS_RTS;
+  a.timeout = 1;
+  a.retry_cnt = 0;
+  a.rnr_retry = 0;
+  a.sq_psn = 0;
+  a.max_rd_atomic = 1;
+  if (rc == 0)
+    rc = ibv_modify_qp(qp, &a,
+                       IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
+                           IBV_QP_MAX_QP_RD_ATOMIC);
+  check(rc == 0, "RC QP to RTS towards a QPN the peer does not have");
+  ibv_send_wr wr{}, *bad = nullptr;
+  wr.wr_id = 7;
+  wr.opcode = IBV_WR_SEND;  // zero-length: no memory region needed
+  check(ibv_post_send(qp, &wr, &bad) == 0, "post a SEND");
+  ibv_wc wc{};
+  int got = 0;
+  for (int i = 0; i < 10000 && got == 0; ++i) {
+    got = ibv_poll_cq(cq, 1, &wc);
+    if (got == 0) poll(nullptr, 0, 1);
+  }
+  check(got == 1 && wc.wr_id == 7 && wc.status == IBV_WC_RETRY_EXC_ERR, "the SEND completes with RETRY_EXC_ERR");
+  check(readable(ctx->async_fd, 5000), "async_fd readable");
+  ibv_async_event ev{};
+  rc = ibv_get_async_event(ctx, &ev);
+  check(rc == 0 && ev.event_type == IBV_EVENT_QP_FATAL && ev.element.qp == qp,
+        "ibv_get_async_event: IBV_EVENT_QP_FATAL for that QP");
+  if (rc == 0) ibv_ack_async_event(&ev);
+
+  // 2. Moved to ERR by the program: no event.
+  ibv_qp* qp2 = make_qp(pd, cq);
+  a = ibv_qp_attr{};
+  a.qp_state = IBV_QPS_ERR;
+  check(qp2 != nullptr && ibv_modify_qp(qp2, &a, IBV_QP_STATE) == 0, "second QP moved to ERR by the program");
+  const int fl = fcntl(ctx->async_fd, F_GETFL);
+  fcntl(ctx->async_fd, F_SETFL, fl | O_NONBLOCK);
+  check(!readable(ctx->async_fd, 500), "no event for it (async_fd quiet for 500 ms)");
+  errno = 0;
+  check(ibv_get_async_event(ctx, &ev) == -1 && errno == EAGAIN, "nonblocking ibv_get_async_event: EAGAIN");
+
+  // 3. The daemon goes away.
+  std::printf("waiting for DEVICE_FATAL\n");
+  std::fflush(stdout);
+  const bool r = readable(ctx->async_fd, 30000);
+  check(r, "async_fd readable when the daemon stopped");
+  rc = r ? ibv_get_async_event(ctx, &ev) : -1;
+  check(rc == 0 && ev.event_type == IBV_EVENT_DEVICE_FATAL, "ibv_get_async_event: IBV_EVENT_DEVICE_FATAL");
+  if (rc == 0) ibv_ack_async_event(&ev);
+  check(!readable(ctx->async_fd, 200), "reported once: async_fd quiet afterwards");
+  std::printf("%d failed\n", failures);
+  return failures == 0 ? 0 : 1;
+}
