@@ -8,14 +8,16 @@
 #    workloads with the data verified, and print the perftest-style results;
 # 4. with --capture FILE, the RoCEv2 traffic is captured on the veth (dumpcap /
 #    tcpdump) and every packet's ICRC is checked with droce-pcap;
-# 5. cleanup; then the bundled Linux Soft-RoCE captures are decoded.
+# 5. two droced nodes run Debian's unmodified ibv_rc_pingpong and perftest
+#    through the verbs shim (test/engine/shim_pair.sh demo);
+# 6. cleanup; then the bundled Linux Soft-RoCE captures are decoded.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 capture=
 while [ $# -gt 0 ]; do
   case $1 in
     --capture) capture=$(realpath -m "$2"); shift 2 ;;
-    -h|--help) sed -n 2,11p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,13p "$0"; exit 0 ;;
     *) echo "demo.sh: unknown argument $1 (see --help)"; exit 2 ;;
   esac
 done
@@ -128,6 +130,12 @@ if [ -n "$cap_pid" ]; then
   echo "== $capture: every RoCEv2 packet decoded and its ICRC verified by droce-pcap"
   "$B/app/droce-pcap" -q "$capture" | sed 's/^/   /'
 fi
+
+echo
+echo "== two droced nodes (af_packet on a veth pair of their own namespace), Debian's unmodified"
+echo "   ibverbs-utils and perftest through the verbs shim (LD_LIBRARY_PATH=build/lib/shim/front)"
+bash test/engine/shim_pair.sh "$B/app/droced/droced" "$B/app/droce-ctl/droce-ctl" "$B/lib/shim/front" \
+  "$B/test/engine/shim_engine_check" demo | sed 's/^/   /'
 
 echo
 echo "== droce-pcap test/data/rxe-imm-inv.pcap (SEND/WRITE with immediate, SEND with invalidate, a NAK)"

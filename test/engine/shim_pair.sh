@@ -21,7 +21,7 @@
 # a QP can have its go-back-N window (1024 packets) plus one READ response
 # (8192 packets for 8 MiB at MTU 1024) in flight, and a receiving loop
 # descheduled on an oversubscribed host must not lose them.
-#   shim_pair.sh DROCED DROCE_CTL FRONT_LIBDIR SHIM_ENGINE_CHECK [quick|full|bench]
+#   shim_pair.sh DROCED DROCE_CTL FRONT_LIBDIR SHIM_ENGINE_CHECK [quick|full|bench|demo]
 set -uo pipefail
 DROCED=$1
 CTL=$2
@@ -202,6 +202,23 @@ no_objects() {
 if [ -n "${DROCE_SHIM_ONLY:-}" ]; then
   eval "$DROCE_SHIM_ONLY"
   for n in a b; do echo "node $n:"; counters "$n"; done
+  echo "$pass passed, $fail failed"
+  [ $fail -eq 0 ]
+  exit
+fi
+
+if [ "$mode" = demo ]; then
+  # scripts/demo.sh: the daemon as operators deploy it, used by unmodified
+  # programs: each workload once, its perftest line, then droce-ctl's view.
+  pair "ibv_rc_pingpong -s 4096 -c (SEND, receiver validates the data)" ibv_rc_pingpong -g "$gidx" -n 200 -s 4096 -c
+  pair "ib_write_bw -s 65536" ib_write_bw -x "$gidx" -s 65536 -n 500 --report_gbits
+  pair "ib_read_bw -s 65536" ib_read_bw -x "$gidx" -s 65536 -n 500 --report_gbits
+  pair "ib_send_bw -s 4096" ib_send_bw -x "$gidx" -s 4096 -n 2000 --report_gbits
+  pair "ib_atomic_bw" ib_atomic_bw -x "$gidx" -n 2000
+  pair "ib_write_lat -s 64" ib_write_lat -x "$gidx" -s 64 -n 500
+  pair "ib_send_lat -s 64 -e (asleep on a completion channel)" ib_send_lat -x "$gidx" -s 64 -n 500 -e
+  echo "droce-ctl -s node-a.sock counters -g port (node A's port after the runs):"
+  "$CTL" -s "$T/a-ctl.sock" counters -g port -n 2>&1 | head -n 24 | sed 's/^/   /'
   echo "$pass passed, $fail failed"
   [ $fail -eq 0 ]
   exit
