@@ -27,13 +27,8 @@ ns=droce-bs-$$
 tmp=$(mktemp -d)
 cleanup() { ip netns del "$ns" 2>/dev/null || true; rm -rf "$tmp"; }
 trap cleanup EXIT INT TERM
-ip netns add "$ns"
-ip -n "$ns" link set lo up
-ip -n "$ns" link add va type veth peer name vb
-for d in va vb; do
-  ip netns exec "$ns" sysctl -qw "net.ipv6.conf.$d.disable_ipv6=1"
-  ip -n "$ns" link set "$d" up
-done
+source "$(dirname "$0")/../lib/netns.sh"
+droce_veth_ns "$ns" || { echo "cannot create network namespace $ns"; exit 1; }
 EAL=(--in-memory --no-pci --log-level=lib.eal:error --log-level=pmd.net.af_packet:error)
 port=18700
 perf_run() {  # perf_run OUTFILE ARGS...

@@ -30,13 +30,8 @@ cleanup() {
   rm -rf "$tmp"
 }
 trap cleanup EXIT INT TERM
-if ! ip netns add "$ns" 2>/dev/null; then echo "SKIP: cannot create network namespaces"; exit 77; fi
-ip -n "$ns" link set lo up
-ip -n "$ns" link add va type veth peer name vb
-for d in va vb; do
-  ip netns exec "$ns" sysctl -qw "net.ipv6.conf.$d.disable_ipv6=1"
-  ip -n "$ns" link set "$d" up
-done
+source "$(dirname "$0")/../lib/netns.sh"
+if ! droce_veth_ns "$ns"; then echo "SKIP: cannot create network namespaces"; exit 77; fi
 [ -z "$qpto" ] && { [ -n "$faults" ] && qpto=12 || qpto=14; }
 EAL=(--in-memory --no-pci --log-level=lib.eal:error --log-level=pmd.net.af_packet:error)
 qp=""
