@@ -1,16 +1,19 @@
 // How the dataplane scales with cores, on real threads, in one run.
 //
 // One process, one Dataplane with two ports joined back to back by a net_ring
-// pair (2 queues each). Every core runs its own poll loop (rte_eal_remote_launch
+// pair (4 queues each). Every core runs its own poll loop (rte_eal_remote_launch
 // on its own lcore, pinned to its own CPU) over its own queue of each port and
 // owns its QPs; the workload is a poller on each core that keeps its QPs' send
-// queues full of RC WRITEs and counts completions. Three runs, same flows:
+// queues full of RC WRITEs and counts completions. Five runs, same flows:
 //   1 core         all QPs on lcore 1
 //   2 cores local  each sender QP and its peer on the same core
 //   2 cores cross  each sender QP's peer on the other core: every request and
 //                  ACK arrives on the queue of the core that does not own its
 //                  QP and reaches the owner over the SPSC forwarding ring
 //                  (counted "cross-core forwarded")
+//   4 cores        the same two cases with four loops, two per CPU on this
+//                  2-CPU host: they must work (data verified, frames
+//                  forwarded); they cannot scale past the CPUs
 // and prints the message rates, the 2-core / 1-core ratios, and the messages
 // per CPU-second the core threads actually got (on a shared machine the
 // wall-clock ratio is bounded by the CPU time the scheduler grants). The written
@@ -249,18 +252,21 @@ int main(int argc, char** argv) {
   const double secs = argc > 1 ? std::atof(argv[1]) : 2.0;
   const uint32_t size = argc > 2 ? static_cast<uint32_t>(std::atoi(argv[2])) : 64;
   try {
-    // lcore 0 (this thread, mostly asleep) and lcore 1 on CPU 0; lcore 2 on CPU 1.
-    dpdk::Eal eal({.args = {"--lcores=0@0,1@0,2@1", "--log-level=lib.eal:error"}, .program = "bench_multicore"});
-    dpdk::RingPair rings("bmc", 2);
+    // lcore 0 (this thread, mostly asleep) and lcore 1 on CPU 0; lcore 2 on CPU 1;
+    // lcores 3 and 4 (the 4-core runs: two loops per CPU on this 2-CPU host) on CPU 0 and 1.
+    dpdk::Eal eal({.args = {"--lcores=0@0,1@0,2@1,3@0,4@1", "--log-level=lib.eal:error"}, .program = "bench_multicore"});
+    dpdk::RingPair rings("bmc", 4);
     // Frames up to IB MTU 4096 (the QPs' path MTU) in one mbuf.
     constexpr uint16_t kRoom = 4096 + 256 + 128;
     dpdk::Port pa(dpdk::PortConfig{
-        .port_id = rings.port_a(), .rx_queues = 2, .tx_queues = 2, .mbufs = 16383, .data_room = kRoom});
+        .port_id = rings.port_a(), .rx_queues = 4, .tx_queues = 4, .mbufs = 16383, .data_room = kRoom});
     dpdk::Port pb(dpdk::PortConfig{
-        .port_id = rings.port_b(), .rx_queues = 2, .tx_queues = 2, .mbufs = 16383, .data_room = kRoom});
+        .port_id = rings.port_b(), .rx_queues = 4, .tx_queues = 4, .mbufs = 16383, .data_room = kRoom});
     const RunResult one = run(pa, pb, {1}, false, size, secs);
     const RunResult two = run(pa, pb, {1, 2}, false, size, secs);
     const RunResult cross = run(pa, pb, {1, 2}, true, size, secs);
+    const RunResult four = run(pa, pb, {1, 2, 3, 4}, false, size, secs);
+    const RunResult four_cross = run(pa, pb, {1, 2, 3, 4}, true, size, secs);
     std::printf("== dataplane cores on their own threads (net_ring pair, %d RC WRITE flows of %u B, %.1f s runs)\n",
                 kFlows, size, secs);
     std::printf("%-40s %10s %10s %14s %12s %6s\n", "case", "Mmsg/s", "vs 1 core", "Mmsg/CPU-s", "forwarded",
@@ -272,6 +278,8 @@ int main(int argc, char** argv) {
     row("1 core", one);
     row("2 cores, QP pairs core-local", two);
     row("2 cores, every frame crosses cores", cross);
+    row("4 cores (2 per CPU), QP pairs core-local", four);
+    row("4 cores (2 per CPU), frames cross cores", four_cross);
     std::printf("2-core / 1-core: %.3f\n", one.mpps > 0 ? two.mpps / one.mpps : 0.0);
     // Both CPUs are shared with whatever else runs: the ratio means little without this.
     if (FILE* f = std::fopen("/proc/loadavg", "r")) {
@@ -279,8 +287,8 @@ int main(int argc, char** argv) {
       if (std::fgets(buf, sizeof buf, f)) std::printf("load average (1 5 15 min) during the run: %s", buf);
       std::fclose(f);
     }
-    if (!one.verified || !two.verified || !cross.verified) return 1;
-    if (cross.forwarded == 0 || one.forwarded != 0) return 1;
+    if (!one.verified || !two.verified || !cross.verified || !four.verified || !four_cross.verified) return 1;
+    if (cross.forwarded == 0 || four_cross.forwarded == 0 || one.forwarded != 0) return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_multicore: %s\n", e.what());
     return 1;
