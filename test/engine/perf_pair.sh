@@ -33,6 +33,8 @@ trap cleanup EXIT INT TERM
 source "$(dirname "$0")/../lib/netns.sh"
 if ! droce_veth_ns "$ns"; then echo "SKIP: cannot create network namespaces"; exit 77; fi
 [ -z "$qpto" ] && { [ -n "$faults" ] && qpto=12 || qpto=14; }
+# The af_packet RX rings hold 16384 frames (512 by default): a loop descheduled
+# for a few ms on a loaded host must not lose a QP's whole window (see shim_pair.sh).
 EAL=(--in-memory --no-pci --log-level=lib.eal:error --log-level=pmd.net.af_packet:error)
 qp=""
 [ "$queues" -gt 1 ] && qp=",qpairs=$queues"
@@ -58,7 +60,7 @@ for run in "${list[@]}"; do
   for attempt in 1 2 3 4 5; do
     : >"$tmp/server.log"
     # shellcheck disable=SC2086
-    ip netns exec "$ns" timeout -k 5 90 "$perf" "${args[@]}" -p "$port" --device "net_af_packet0,iface=vb$qp" \
+    ip netns exec "$ns" timeout -k 5 90 "$perf" "${args[@]}" -p "$port" --device "net_af_packet0,iface=vb,framecnt=16384$qp" \
       --ip 10.20.0.2 --mac 02:00:0a:14:00:02 --queues "$queues" --qp-timeout "$qpto" $faults -- --lcores=0@1 "${EAL[@]}" \
       >"$tmp/server.log" 2>&1 &
     spid=$!
@@ -82,7 +84,7 @@ for run in "${list[@]}"; do
   crc=1
   for attempt in 1 2 3 4 5; do
     # shellcheck disable=SC2086
-    ip netns exec "$ns" timeout -k 5 90 "$perf" "${args[@]}" 127.0.0.1 -p "$port" --device "net_af_packet1,iface=va$qp" \
+    ip netns exec "$ns" timeout -k 5 90 "$perf" "${args[@]}" 127.0.0.1 -p "$port" --device "net_af_packet1,iface=va,framecnt=16384$qp" \
       --ip 10.20.0.1 --mac 02:00:0a:14:00:01 --queues "$queues" --qp-timeout "$qpto" --report_gbits $faults \
       -- --lcores=0@0 "${EAL[@]}" >"$tmp/client.log" 2>&1 && crc=0 && break
     grep -q "probing device" "$tmp/client.log" || break
