@@ -42,24 +42,10 @@ if [ -n "$testpmd" ]; then
 fi
 
 port=18600
-perf_run() {  # perf_run OUTFILE QUEUES ARGS...: prints the client's MsgRate line
-  local out=$1 q=$2; shift 2
-  port=$((port + 1))
-  local qp=""
-  [ "$q" -gt 1 ] && qp=",qpairs=$q"
-  : >"$tmp/s.log"  # emptied before the background start: the wait below must not see the last run's log
-  ip netns exec "$ns" timeout -k 5 $((secs + 30)) "$perf" "$@" -p "$port" --device "net_af_packet0,iface=vb$qp" \
-    --ip 10.50.0.2 --queues "$q" -- --lcores=0@1 "${EAL[@]}" >"$tmp/s.log" 2>&1 &
-  local sp=$!
-  for _ in $(seq 1 100); do grep -q 'waiting for the client' "$tmp/s.log" 2>/dev/null && break; sleep 0.1; done
-  ip netns exec "$ns" timeout -k 5 $((secs + 30)) "$perf" "$@" 127.0.0.1 -p "$port" --device "net_af_packet1,iface=va$qp" \
-    --ip 10.50.0.1 --queues "$q" --report_gbits -- --lcores=0@0 "${EAL[@]}" >"$out" 2>&1 || true
-  wait "$sp" || true
-}
-perf_run "$tmp/w64.log" 1 write_bw -s 64 -D "$secs" -t 128 --window 128
-perf_run "$tmp/w64k.log" 1 write_bw -s 65536 -D "$secs" -t 32 --zero-copy-min 1024
-perf_run "$tmp/w64kc.log" 1 write_bw -s 65536 -D "$secs" -t 32 --zero-copy-min 0
-perf_run "$tmp/w64q2.log" 2 write_bw -s 64 -D "$secs" -q 4 -t 128 --window 128
+droce_perf_run "$tmp/w64.log" 1 write_bw -s 64 -D "$secs" -t 128 --window 128
+droce_perf_run "$tmp/w64k.log" 1 write_bw -s 65536 -D "$secs" -t 32 --zero-copy-min 1024
+droce_perf_run "$tmp/w64kc.log" 1 write_bw -s 65536 -D "$secs" -t 32 --zero-copy-min 0
+droce_perf_run "$tmp/w64q2.log" 2 write_bw -s 64 -D "$secs" -q 4 -t 128 --window 128
 col() { awk -v c="$2" '$1 ~ /^[0-9]+$/ && NF >= 5 {print $c}' "$1" | tail -1; }
 w64_mpps=$(col "$tmp/w64.log" 4); w64_ok=$(col "$tmp/w64.log" 5)
 w64k_gbs=$(col "$tmp/w64k.log" 3); w64k_ok=$(col "$tmp/w64k.log" 5)

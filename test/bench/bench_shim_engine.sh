@@ -31,20 +31,8 @@ source "$(dirname "$0")/../lib/netns.sh"
 droce_veth_ns "$ns" || { echo "cannot create network namespace $ns"; exit 1; }
 EAL=(--in-memory --no-pci --log-level=lib.eal:error --log-level=pmd.net.af_packet:error)
 port=18700
-perf_run() {  # perf_run OUTFILE ARGS...
-  local out=$1; shift
-  port=$((port + 1))
-  : >"$tmp/s.log"  # emptied before the background start: the wait below must not see the last run's log
-  ip netns exec "$ns" timeout -k 5 $((secs + 30)) "$perf" "$@" -p "$port" --device "net_af_packet0,iface=vb" \
-    --ip 10.60.0.2 -- --lcores=0@1 "${EAL[@]}" >"$tmp/s.log" 2>&1 &
-  local sp=$!
-  for _ in $(seq 1 100); do grep -q 'waiting for the client' "$tmp/s.log" 2>/dev/null && break; sleep 0.1; done
-  ip netns exec "$ns" timeout -k 5 $((secs + 30)) "$perf" "$@" 127.0.0.1 -p "$port" --device "net_af_packet1,iface=va" \
-    --ip 10.60.0.1 -- --lcores=0@0 "${EAL[@]}" >"$out" 2>&1 || true
-  wait "$sp" || true
-}
-perf_run "$tmp/w64.log" write_bw -s 64 -D "$secs" -t 128
-perf_run "$tmp/l64.log" send_lat -s 64 -n 300
+droce_perf_run "$tmp/w64.log" 1 write_bw -s 64 -D "$secs" -t 128
+droce_perf_run "$tmp/l64.log" 1 send_lat -s 64 -n 300
 e_mpps=$(awk '$1 == 64 && NF >= 5 {print $4}' "$tmp/w64.log" | tail -n 1)
 e_lat=$(awk '$1 == 64 && NF >= 5 {print $5}' "$tmp/l64.log" | tail -n 1)
 

@@ -12,3 +12,22 @@ droce_veth_ns() {
     ip -n "$1" link set "$d" up
   done
 }
+
+# droce_perf_run OUTFILE QUEUES ARGS...: one droce-perf test between two
+# embedded nodes on the veth pair of droce_veth_ns: the server on vb (CPU 1),
+# the client on va (CPU 0), the client's output in OUTFILE. Uses the caller's
+# ns, perf (droce-perf), secs, tmp, EAL (array) and port (incremented).
+droce_perf_run() {
+  local out=$1 q=$2; shift 2
+  port=$((port + 1))
+  local qp=""
+  [ "$q" -gt 1 ] && qp=",qpairs=$q"
+  : >"$tmp/s.log"  # emptied before the background start: the wait below must not see the last run's log
+  ip netns exec "$ns" timeout -k 5 $((secs + 30)) "$perf" "$@" -p "$port" --device "net_af_packet0,iface=vb$qp" \
+    --ip 10.50.0.2 --queues "$q" -- --lcores=0@1 "${EAL[@]}" >"$tmp/s.log" 2>&1 &
+  local sp=$!
+  for _ in $(seq 1 100); do grep -q 'waiting for the client' "$tmp/s.log" 2>/dev/null && break; sleep 0.1; done
+  ip netns exec "$ns" timeout -k 5 $((secs + 30)) "$perf" "$@" 127.0.0.1 -p "$port" --device "net_af_packet1,iface=va$qp" \
+    --ip 10.50.0.1 --queues "$q" --report_gbits -- --lcores=0@0 "${EAL[@]}" >"$out" 2>&1 || true
+  wait "$sp" || true
+}
