@@ -19,6 +19,7 @@ PASSED=0
 FAILED=0
 SKIPPED=0
 FAILED_NAMES=()
+FAILED_LOGS=()  # testlog.json of each suite with a failure: their tails are printed last
 SKIPPED_NAMES=()
 add() {  # add NAME PASSED FAILED
   PASSED=$((PASSED + $2))
@@ -38,8 +39,13 @@ run_meson_tests() {
   fi
   meson test -C "$DROCE_ROOT/$dir" --print-errorlogs --num-processes 2 >"$DROCE_ROOT/$dir/test-run.log" 2>&1
   tail -n 25 "$DROCE_ROOT/$dir/test-run.log"
-  read -r p f < <(python3 "$here/count-tests.py" "$DROCE_ROOT/$dir/meson-logs/testlog.json")
+  local log="$DROCE_ROOT/$dir/meson-logs/testlog.json" names
+  read -r p f names < <(python3 "$here/count-tests.py" "$log")
   add "$name" "$p" "$f"
+  if [ "$f" -gt 0 ]; then
+    FAILED_NAMES[-1]="$name ($names)"
+    FAILED_LOGS+=("$log")
+  fi
   no_leftovers "$name" "$DROCE_ROOT/$dir"
 }
 
@@ -82,6 +88,7 @@ case $irc in
 esac
 
 echo
+for log in "${FAILED_LOGS[@]}"; do python3 "$here/count-tests.py" "$log" --tails 30; done
 if ((${#FAILED_NAMES[@]})); then echo "failed: ${FAILED_NAMES[*]}"; fi
 if ((${#SKIPPED_NAMES[@]})); then echo "skipped ($SKIPPED): ${SKIPPED_NAMES[*]}"; fi
 echo "$PASSED passed, $FAILED failed"

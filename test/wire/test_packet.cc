@@ -288,6 +288,20 @@ TEST_CASE("trailing Ethernet padding is ignored", "[wire][packet]") {
   CHECK(v.frame_len == n);
 }
 
+TEST_CASE("non-zero pad bytes are accepted and not counted as payload", "[wire][packet]") {
+  // The sender zeroes the pad; a receiver ignores its contents (IBTA 9.3.1,
+  // as rxe does). The fuzzer found such a frame with a valid ICRC.
+  auto f = good_frame(13);  // 13 bytes of payload: 3 pad bytes
+  const size_t pad_off = f.size() - 4 - 3;
+  for (size_t i = 0; i < 3; ++i) f[pad_off + i] = 0xA5;
+  fix_icrc(f);
+  PacketView v;
+  REQUIRE(parse_frame(f, v) == ParseError::Ok);
+  CHECK(v.h.bth.pad == 3);
+  CHECK(v.payload_len == 13);
+  CHECK(std::memcmp(v.payload(), pattern(13).data(), 13) == 0);
+}
+
 TEST_CASE("builder refuses a buffer that is too small or an invalid opcode", "[wire][packet]") {
   Headers h = make_headers(op::RC_WRITE_ONLY, false, false);
   std::vector<uint8_t> small(frame_len(h, 100) - 1);
