@@ -114,6 +114,10 @@ void Port::enqueue(io::PktBuf* b, uint64_t at) noexcept {
 
 uint16_t Port::tx_burst(io::PktBuf** bufs, uint16_t n) noexcept {
   Link& L = *link_;
+  if (refuse_tx_ && n) {
+    --refuse_tx_;
+    return 0;
+  }
   const uint64_t now = L.clock_.now_ns();
   for (uint16_t i = 0; i < n; ++i) {
     io::PktBuf* b = bufs[i];

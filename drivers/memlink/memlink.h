@@ -67,6 +67,8 @@ class Port final : public io::PacketIo {
 
   void set_faults(const Faults& f) noexcept { faults_ = f; }
   const Faults& faults() const noexcept { return faults_; }
+  // The next `bursts` tx_burst calls accept nothing (a TX queue that is full).
+  void refuse_tx(uint32_t bursts) noexcept { refuse_tx_ = bursts; }
   uint16_t index() const noexcept { return index_; }
   size_t in_flight() const noexcept { return heap_len_ + (fifo_head_ - fifo_tail_); }
 
@@ -84,6 +86,7 @@ class Port final : public io::PacketIo {
   uint16_t index_;
   wire::MacAddr mac_;
   Faults faults_;
+  uint32_t refuse_tx_ = 0;
   // Frames in flight: those sent in delivery-time order sit in a FIFO ring (the
   // common case, O(1)); frames held back (reordering) go to a min-heap. rx
   // merges the two by (time, sequence), which is the order one heap would give.

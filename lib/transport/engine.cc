@@ -19,7 +19,7 @@ constexpr const char* kCtrNames[] = {
     "atomic_replayed",   "read_replayed",      "dup_request",       "out_of_seq_request",
     "ghost_response",    "uc_msg_dropped",     "ud_qkey_drop",      "ud_no_recv_drop",
     "ud_len_drop",       "ce_received",        "cnp_sent",          "cnp_suppressed",
-    "cnp_received",      "cq_overrun",        "tx_zero_copy",      "tx_copied",
+    "cnp_received",      "cq_overrun",        "tx_zero_copy",      "tx_copied",         "ack_lost_on_destroy",
 };
 static_assert(std::size(kCtrNames) == static_cast<size_t>(Ctr::kCount));
 }  // namespace
@@ -207,6 +207,17 @@ int Engine::create_qp(const verbs::QpInitAttr& init, uint32_t* qpn) {
 int Engine::destroy_qp(uint32_t qpn) {
   Qp* q = qp(qpn);
   if (!q) return EINVAL;
+  // The consumer may destroy the QP as soon as it has polled the completion of
+  // a received message whose ACK is still queued (the TX queue was full): send
+  // it first, or the peer retries into a QPN that no longer exists and fails
+  // with RETRY_EXC although the message was delivered (ibv_srq_pingpong's
+  // teardown does exactly this). Bounded: a TX queue that stays full loses it.
+  for (int i = 0; i < 1000 && q->resp.ack_pending; ++i) {
+    tx_blocked_ = false;
+    responder_tx(*this, *q, cfg_.pkts_per_turn);
+    flush_tx();
+  }
+  if (q->resp.ack_pending) count(Ctr::AckLostOnDestroy);
   // Drop it from the ready lists.
   auto purge = [&](std::unique_ptr<Qp*[]>& ring, uint32_t& head, uint32_t& tail) {
     uint32_t w = tail;

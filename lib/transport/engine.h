@@ -63,6 +63,7 @@ enum class Ctr : uint16_t {
   CqOverrun,
   TxZeroCopy,    // payload packets sent by reference (PktBuf::ext, registered memory read in place)
   TxCopied,      // payload packets whose payload was copied into the TX buffer
+  AckLostOnDestroy,  // a QP destroyed with its ACK/NAK still unsent (TX full throughout)
   kCount
 };
 const char* ctr_name(Ctr c) noexcept;

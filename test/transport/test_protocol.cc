@@ -263,6 +263,42 @@ TEST_CASE("protocol: duplicate SEND is re-ACKed not placed twice", "[protocol]")
   CHECK(p.dut.eng->counter(Ctr::DupRequest) == 1);
 }
 
+TEST_CASE("protocol: destroying a QP sends the ACK its TX queue still held", "[protocol]") {
+  // The consumer polled the receive completion, so it may destroy the QP at
+  // once (ibv_srq_pingpong does): the peer must still get the ACK, or it
+  // retries into a QPN that no longer exists and ends with RETRY_EXC.
+  for (const uint32_t refused : {3u, 100000u}) {
+    Proto p;
+    auto& rb = p.dut.buffer(4096);
+    REQUIRE(p.dut.eng->post_recv(p.qpn, make_recv(1, rb, 0, 2048)) == 0);
+    // A full TX queue: the DUT's own 64 KiB WRITE fills its burst, nothing leaves.
+    p.dut.port.refuse_tx(1u << 30);
+    auto wr = make_wr(7, WrOpcode::RdmaWrite, *p.mem, 0, 1 << 16);
+    wr.rdma.remote_addr = 0x1000;
+    wr.rdma.rkey = 0x55;
+    REQUIRE(p.dut.eng->post_send(p.qpn, wr) == 0);
+    p.dut.eng->poll();
+    std::vector<uint8_t> data(300, 0x42);
+    p.send(p.hdr(wire::op::RC_SEND_ONLY, kRqPsn), data);
+    p.dut.eng->poll();
+    REQUIRE(p.dut.drain(p.dut.rcq).size() == 1);  // the consumer sees the message...
+    REQUIRE(p.q().resp.ack_pending);                // ...whose ACK could not be sent
+    p.dut.port.refuse_tx(refused);
+    REQUIRE(p.dut.eng->destroy_qp(p.qpn) == 0);
+    p.dut.port.refuse_tx(0);
+    auto out = p.run();
+    int acks = 0;
+    for (auto& f : out) acks += f.v.h.bth.opcode == wire::op::RC_ACKNOWLEDGE && f.v.h.bth.psn == kRqPsn;
+    if (refused == 3) {
+      CHECK(acks == 1);
+      CHECK(p.dut.eng->counter(Ctr::AckLostOnDestroy) == 0);
+    } else {  // bounded: a queue that stays full loses it, counted
+      CHECK(acks == 0);
+      CHECK(p.dut.eng->counter(Ctr::AckLostOnDestroy) == 1);
+    }
+  }
+}
+
 TEST_CASE("protocol: ACK coalescing follows AckReq", "[protocol]") {
   Proto p;
   std::vector<uint8_t> data(p.mtu, 1);
