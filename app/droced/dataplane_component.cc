@@ -80,6 +80,7 @@ void DataplaneComponent::start() {
   for (const config::CoreConfig& c : cfg.cores) {
     engine::CoreSpec cs;
     cs.lcore = c.lcore;
+    cs.idle_yield_polls = c.idle_yield_polls;
     for (const auto& q : c.queues) {
       if (q.rx != q.tx)
         throw std::runtime_error("dataplane: lcore " + std::to_string(c.lcore) +

@@ -481,6 +481,7 @@ void read_cores(const Source& src, const toml::array& arr, Config& c) {
       }
       core.queues.push_back(q);
     }
+    r.integer_into("idle_yield_polls", core.idle_yield_polls, 0, 1u << 30);
     r.finish();
     c.cores.push_back(std::move(core));
   }

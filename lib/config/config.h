@@ -81,6 +81,9 @@ struct QueueRef {
 struct CoreConfig {
   uint32_t lcore = 0;
   std::vector<QueueRef> queues;
+  // sched_yield() after this many polls in a row found no work (0: never);
+  // see engine::CoreSpec::idle_yield_polls.
+  uint32_t idle_yield_polls = 256;
 };
 
 struct RoceConfig {

@@ -1,6 +1,7 @@
 #include "engine/dataplane.h"
 
 #include <rte_cycles.h>
+#include <sched.h>
 #include <rte_eal.h>
 #include <rte_ethdev.h>
 #include <rte_errno.h>
@@ -578,7 +579,17 @@ int Dataplane::launch(void* arg) {
 
 void Dataplane::loop(CoreLoop& c) noexcept {
   spdlog::debug("dataplane: core {} running on lcore {}", c.index(), rte_lcore_id());
-  while (!stop_.load(std::memory_order_relaxed)) c.poll_once();
+  const uint32_t yield_after = cfg_.cores[c.index()].idle_yield_polls;
+  uint32_t idle = 0;
+  while (!stop_.load(std::memory_order_relaxed)) {
+    if (c.poll_once() != 0) {
+      idle = 0;
+    } else if (yield_after != 0 && ++idle >= yield_after) {
+      idle = 0;
+      c.cc_->add(stats::CoreCounter::idle_yields);
+      sched_yield();
+    }
+  }
 }
 
 void Dataplane::start() {

@@ -52,6 +52,11 @@ struct CoreSpec {
     uint16_t queue = 0;
   };
   std::vector<Queue> queues;  // at most one queue per port per core
+  // The loop calls sched_yield() after this many polls in a row found no work
+  // (0: never). On a core of its own that returns at once; on a CPU shared with
+  // the processes it serves (fewer CPUs than busy loops) it hands the CPU to
+  // them instead of spinning out a whole scheduler tick.
+  uint32_t idle_yield_polls = 256;
 };
 
 struct DataplaneConfig {

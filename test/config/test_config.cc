@@ -110,6 +110,7 @@ queues = [{ port = "p0", rx = 0 }, { port = "p1", rx = 0 }]
 [[core]]
 lcore = 1
 queues = [{ port = "p0", rx = 1, tx = 1 }]
+idle_yield_polls = 0
 
 [roce]
 path_mtu = 4096
@@ -160,6 +161,8 @@ file = "/tmp/droced.log"
   CHECK(c.cores[0].queues[1].port == 1);
   CHECK(c.cores[1].lcore == 1);
   CHECK(c.cores[1].queues[0].tx == 1);
+  CHECK(c.cores[0].idle_yield_polls == 256);  // the default
+  CHECK(c.cores[1].idle_yield_polls == 0);
   CHECK(c.roce.path_mtu == 4096);
   CHECK(c.roce.mr_memory_mb == 1024);
   CHECK(c.control.mode == 0600);

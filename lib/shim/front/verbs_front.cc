@@ -15,6 +15,7 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <infiniband/verbs.h>
@@ -102,7 +103,21 @@ struct FCq {
   ClientCq ring;
   uint32_t events_seen = 0;
   FChannel* channel = nullptr;
+  uint32_t empty_polls = 0;  // consecutive ibv_poll_cq calls that found nothing
 };
+
+// A program spinning on an empty CQ holds its CPU while the daemon's core,
+// which must produce the completion, may be waiting for that very CPU (a host
+// with fewer CPUs than busy loops). After this many empty polls in a row,
+// ibv_poll_cq gives the CPU away once (sched_yield: returns at once when
+// nothing else is runnable). DROCE_SHIM_POLL_YIELD=N sets it; 0 never yields.
+uint32_t poll_yield_after() {
+  static const uint32_t n = [] {
+    const char* e = std::getenv("DROCE_SHIM_POLL_YIELD");
+    return e && *e ? static_cast<uint32_t>(std::strtoul(e, nullptr, 10)) : 64u;
+  }();
+  return n;
+}
 struct FSrq {
   ibv_srq srq;
   uint32_t handle;
@@ -348,6 +363,12 @@ int poll_cq(ibv_cq* cq, int n, ibv_wc* wc) {
     }
     got += k;
     if (k < 16) break;
+  }
+  if (got) {
+    c->empty_polls = 0;
+  } else if (const uint32_t y = poll_yield_after(); y && ++c->empty_polls >= y) {
+    c->empty_polls = 0;
+    sched_yield();
   }
   return got;
 }
