@@ -12,8 +12,8 @@ usage: dump_test.py DROCE_DUMP DATA_DIR TEST
   json         --json: every line parses, every field matches Wireshark's dump,
                and the first RETH packet's text line shows the same va/rkey/len
   pcapng       the same captures rewritten as pcapng (microsecond and
-               nanosecond timestamps) and as Linux cooked (SLL) pcap decode
-               exactly as the pcap
+               nanosecond timestamps), as Linux cooked (SLL, SLL2) and as raw
+               IP pcap decode exactly as the pcap
   file-errors  missing, garbage, truncated, unsupported link type, bad usage:
                exit 2 and a clear message; non-RoCE frames are only counted
   mutations    random corruptions of a capture and of its file structure: the
@@ -271,6 +271,12 @@ def t_pcapng():
         sll = [(s, u, o - 14 + 16, struct.pack(">HHH8sH", 0, 1, 6, d[6:12] + b"\0\0", 0x0800) + d[14:])
                for s, u, o, d in recs]
         variants["sll"] = lambda p, r: write_pcap(p, sll, linktype=113)
+        # SLL2: 20 bytes, the EtherType first; raw IP: no link header at all.
+        sll2 = [(s, u, o - 14 + 20, struct.pack(">HHIHBB8s", 0x0800, 0, 2, 1, 0, 6, d[6:12] + b"\0\0") + d[14:])
+                for s, u, o, d in recs]
+        variants["sll2"] = lambda p, r: write_pcap(p, sll2, linktype=276)
+        raw = [(s, u, o - 14, d[14:]) for s, u, o, d in recs]
+        variants["raw"] = lambda p, r: write_pcap(p, raw, linktype=101)
         for v, writer in variants.items():
             path = os.path.join(TMP, f"{name}.{v}")
             writer(path, recs)
@@ -281,7 +287,7 @@ def t_pcapng():
             strip = lambda out: [{k: x for k, x in json.loads(l).items() if k not in ("file", "files")}
                                  for l in out.splitlines()]
             check(strip(pj.stdout) == strip(ref_json.stdout), f"{name} {v}: JSON differs from the pcap's")
-    print("pcapng: pcapng (us, ns) and Linux cooked copies decode exactly as the pcaps")
+    print("pcapng: pcapng (us, ns), Linux cooked (SLL, SLL2) and raw IP copies decode exactly as the pcaps")
 
 
 def t_file_errors():
