@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <pcap/dlt.h>
 
+#include <algorithm>
 #include <cinttypes>
 #include <cstdarg>
 #include <cstring>

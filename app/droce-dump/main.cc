@@ -5,6 +5,7 @@
 #include <pcap/pcap.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
