@@ -7,7 +7,7 @@
 #    net_af_packet at one veth end) run write, read, send and atomic
 #    workloads with the data verified, and print the perftest-style results;
 # 4. with --capture FILE, the RoCEv2 traffic is captured on the veth (dumpcap /
-#    tcpdump) and every packet's ICRC is checked with droce-pcap;
+#    tcpdump) and every packet is decoded and its ICRC checked with droce-dump;
 # 5. two droced nodes run Debian's unmodified ibv_rc_pingpong and perftest
 #    through the verbs shim (test/engine/shim_pair.sh demo);
 # 6. cleanup; then the bundled Linux Soft-RoCE captures are decoded.
@@ -127,8 +127,8 @@ if [ -n "$cap_pid" ]; then
   wait "$cap_pid" 2>/dev/null || true
   editcap -F pcap "$tmp/cap.pcapng" "$capture"
   echo
-  echo "== $capture: every RoCEv2 packet decoded and its ICRC verified by droce-pcap"
-  "$B/app/droce-pcap" -q "$capture" | sed 's/^/   /'
+  echo "== $capture: every RoCEv2 packet decoded and its ICRC verified by droce-dump"
+  "$B/app/droce-dump/droce-dump" -q "$capture" | sed 's/^/   /'
 fi
 
 echo
@@ -138,8 +138,8 @@ bash test/engine/shim_pair.sh "$B/app/droced/droced" "$B/app/droce-ctl/droce-ctl
   "$B/test/engine/shim_engine_check" demo | sed 's/^/   /'
 
 echo
-echo "== droce-pcap test/data/rxe-imm-inv.pcap (SEND/WRITE with immediate, SEND with invalidate, a NAK)"
-"$B/app/droce-pcap" test/data/rxe-imm-inv.pcap
+echo "== droce-dump test/data/rxe-imm-inv.pcap (SEND/WRITE with immediate, SEND with invalidate, a NAK)"
+"$B/app/droce-dump/droce-dump" test/data/rxe-imm-inv.pcap
 echo
 echo "== every bundled rxe capture"
-"$B/app/droce-pcap" -q test/data/*.pcap
+"$B/app/droce-dump/droce-dump" -q test/data/*.pcap

@@ -15,7 +15,7 @@
 # pingpong exchange) for what the unmodified tools cannot show: RNR NAKs
 # (droce reposts its receive late).
 # Every run is captured (tshark, in the namespace); every RoCEv2 packet droce
-# sent is checked with droce-pcap (ICRC, decode), tshark (no malformed or
+# sent is checked with droce-dump (ICRC, decode), tshark (no malformed or
 # error-level expert mark) and its IP TTL / hop limit (64, as rxe sends).
 # The captures end up merged in two artifacts, one per direction:
 # $OUT/interop-droce-to-rxe.pcap (d2r runs) and $OUT/interop-rxe-to-droce.pcap.
@@ -71,7 +71,7 @@ export RXEPEER_NS=$NS
 IFACE=dpdk0  # config/interop-rxe*.toml bind it
 OUT=${INTEROP_OUT:-$root/build/interop}
 TOOL=$root/build/app/droce-interop/droce-interop
-PCAPTOOL=$root/build/app/droce-pcap
+DUMPTOOL=$root/build/app/droce-dump/droce-dump
 DROCED=$root/build/app/droced/droced
 CTL=$root/build/app/droce-ctl/droce-ctl
 SHIMLIB=$root/build/lib/shim/front
@@ -90,9 +90,9 @@ command -v tshark >/dev/null || skip "tshark is not installed"
 [ -f "${RXEPEER_WORK:-/var/tmp/rxe-peer}/setup.env" ] || skip "the harness is not set up (run: $RXEPEER setup)"
 command -v ibv_rc_pingpong >/dev/null && command -v ib_write_bw >/dev/null ||
   skip "ibverbs-utils / perftest are not installed on the host"
-for b in "$TOOL" "$PCAPTOOL" "$DROCED" "$CTL" "$SHIMLIB/libibverbs.so.1"; do
+for b in "$TOOL" "$DUMPTOOL" "$DROCED" "$CTL" "$SHIMLIB/libibverbs.so.1"; do
   if [ ! -e "$b" ]; then
-    [ -f "$root/build/build.ninja" ] && timeout 1800 ninja -C "$root/build" -j2 app/droce-interop/droce-interop app/droce-pcap \
+    [ -f "$root/build/build.ninja" ] && timeout 1800 ninja -C "$root/build" -j2 app/droce-interop/droce-interop app/droce-dump/droce-dump \
       app/droced/droced app/droce-ctl/droce-ctl \
       "$(ninja -C "$root/build" -t targets all 2>/dev/null | sed -n 's/^\(lib\/shim\/front\/libibverbs\.so\.1\.[0-9.]*\): .*/\1/p' | head -1)" >/dev/null
     [ -e "$b" ] || { echo "interop: $b is not built (and could not be built)" >&2; exit 1; }
@@ -197,7 +197,7 @@ capture_stop() {
   TSHARK_PID=
 }
 
-# check_capture PCAP MAC: every RoCEv2 frame droce sent: ICRC (droce-pcap), the Wireshark
+# check_capture PCAP MAC: every RoCEv2 frame droce sent: ICRC (droce-dump), the Wireshark
 # dissector, and the IP TTL / hop limit (64: what Linux/rxe put on the wire whatever the
 # application's AH asked, see app/droce-interop/README.md finding 4).
 # Prints "packets/bad_icrc/malformed/bad_ttl".
@@ -206,7 +206,9 @@ check_capture() {
   tshark -r "$pcap" -Y "eth.src==$mac" -F pcap -w "$mine" >/dev/null 2>&1
   local n bad mal ttl
   n=$(tshark -r "$mine" 2>/dev/null | wc -l)
-  bad=$("$PCAPTOOL" -q "$mine" 2>/dev/null | sed -n 's/.* \([0-9]*\) bad.*/\1/p' | head -1)
+  # droce-dump's summary: "summary: F frames, R RoCEv2 packets, B icrc bad, M malformed, N non-RoCE".
+  bad=$("$DUMPTOOL" -q "$mine" 2>/dev/null |
+        sed -n 's/^summary: .* \([0-9]*\) icrc bad, \([0-9]*\) malformed,.*/\1 \2/p' | { read -r a b && echo $((a + b)); })
   [ -n "$bad" ] || bad=$([ "$n" -eq 0 ] && echo 0 || echo "?")
   # UDP checksum 0 over IPv6 is flagged as an error by Wireshark (RFC 8200 8.1); rxe sends the
   # same (the ICRC covers the packet), so it is reported apart, not as malformed.
