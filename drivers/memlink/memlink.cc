@@ -9,7 +9,8 @@ namespace droce::memlink {
 
 namespace {
 constexpr const char* kCounterNames[] = {"tx_frames", "delivered", "lost",     "reordered", "duplicated",
-                                         "corrupted", "ce_marked", "no_route", "pool_empty", "queue_full"};
+                                         "corrupted", "ce_marked", "no_route", "pool_empty", "queue_full",
+                                         "rx_overrun"};
 static_assert(std::size(kCounterNames) == static_cast<size_t>(Counter::kCount));
 
 // Min-heap order: earliest delivery first, then send order.
@@ -164,6 +165,15 @@ uint16_t Port::tx_burst(io::PktBuf** bufs, uint16_t n) noexcept {
       } else {
         L.count(Counter::PoolEmpty);
       }
+    }
+    if (dst->rx_ns_per_frame_) {  // a slow receiver: one frame per ns_per_frame, bounded backlog
+      if (dst->in_flight() >= dst->rx_backlog_) {
+        L.count(Counter::RxOverrun);
+        L.put_buf(b);
+        continue;
+      }
+      if (at < dst->rx_next_) at = dst->rx_next_;
+      dst->rx_next_ = at + dst->rx_ns_per_frame_;
     }
     b->port = dst->index_;
     dst->enqueue(b, at);

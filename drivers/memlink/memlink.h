@@ -10,6 +10,10 @@
 //   reordering, duplication, corruption (one bit flipped in the ICRC-covered
 //   bytes, so the receiver's ICRC check fails) and CE marking (ECN). Each is
 //   counted.
+// - A port can be a slow receiver (set_rx_limit): frames sent to it are taken
+//   in one per ns_per_frame, and a frame finding `backlog` frames already
+//   waiting is dropped (counted as rx_overrun), like a host whose receive ring
+//   overflows.
 // - Optional recording of every frame sent (test inspection; allocates, so it
 //   is off by default).
 #pragma once
@@ -44,7 +48,8 @@ struct Faults {
 };
 
 enum class Counter : uint8_t {
-  TxFrames, Delivered, Lost, Reordered, Duplicated, Corrupted, CeMarked, NoRoute, PoolEmpty, QueueFull, kCount
+  TxFrames, Delivered, Lost, Reordered, Duplicated, Corrupted, CeMarked, NoRoute, PoolEmpty, QueueFull, RxOverrun,
+  kCount
 };
 const char* counter_name(Counter c) noexcept;
 
@@ -69,6 +74,12 @@ class Port final : public io::PacketIo {
   const Faults& faults() const noexcept { return faults_; }
   // The next `bursts` tx_burst calls accept nothing (a TX queue that is full).
   void refuse_tx(uint32_t bursts) noexcept { refuse_tx_ = bursts; }
+  // Frames sent to this port are delivered at most one per ns_per_frame; one that
+  // finds `backlog` frames waiting for this port is dropped (RxOverrun). 0: no limit.
+  void set_rx_limit(uint64_t ns_per_frame, uint32_t backlog) noexcept {
+    rx_ns_per_frame_ = ns_per_frame;
+    rx_backlog_ = backlog;
+  }
   uint16_t index() const noexcept { return index_; }
   size_t in_flight() const noexcept { return heap_len_ + (fifo_head_ - fifo_tail_); }
 
@@ -87,6 +98,9 @@ class Port final : public io::PacketIo {
   wire::MacAddr mac_;
   Faults faults_;
   uint32_t refuse_tx_ = 0;
+  uint64_t rx_ns_per_frame_ = 0;  // set_rx_limit
+  uint32_t rx_backlog_ = 0;
+  uint64_t rx_next_ = 0;  // earliest delivery time of the next frame under the limit
   // Frames in flight: those sent in delivery-time order sit in a FIFO ring (the
   // common case, O(1)); frames held back (reordering) go to a min-heap. rx
   // merges the two by (time, sequence), which is the order one heap would give.

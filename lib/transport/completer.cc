@@ -25,7 +25,43 @@ inline bool is_rd_atomic(WrOpcode o) noexcept {
   return o == WrOpcode::RdmaRead || o == WrOpcode::AtomicCmpSwp || o == WrOpcode::AtomicFetchAdd;
 }
 
-void progress(Engine& e, Qp& q) noexcept {
+// Congestion window (EngineConfig::min/max_inflight_pkts): grows by the PSNs
+// acknowledged while below ssthresh (slow start), then by one PSN per window
+// acknowledged, up to the configured maximum. O(1), no state per packet.
+void window_grow(Engine& e, Qp& q, uint32_t acked) noexcept {
+  const uint32_t max = e.config().max_inflight_pkts;
+  uint32_t w = q.req.cwnd;
+  if (w >= max || acked == 0) return;
+  if (w < q.comp.ssthresh) {
+    w = acked >= max - w ? max : w + acked;
+  } else {
+    q.comp.cwnd_acc += acked;
+    if (q.comp.cwnd_acc >= w) {
+      const uint32_t add = q.comp.cwnd_acc / w;
+      q.comp.cwnd_acc -= add * w;
+      w = add >= max - w ? max : w + add;
+    }
+  }
+  q.req.cwnd = w;
+}
+
+// A loss: halve the window (NAK sequence error, lost response) or, after a
+// local ACK timeout, drop it to the minimum; slow start then runs up to half
+// the window the loss happened at.
+void window_cut(Engine& e, Qp& q, bool timeout) noexcept {
+  const uint32_t min = e.config().min_inflight_pkts;
+  if (min >= e.config().max_inflight_pkts) return;  // fixed window
+  const uint32_t half = q.req.cwnd / 2 > min ? q.req.cwnd / 2 : min;
+  q.comp.ssthresh = half;
+  q.req.cwnd = timeout ? min : half;
+  q.comp.cwnd_acc = 0;
+  e.count(Ctr::WindowCuts);
+}
+
+// comp.psn moved forward from `from`.
+void progress(Engine& e, Qp& q, uint32_t from) noexcept {
+  const int32_t acked = wire::psn_diff(q.comp.psn, from);
+  if (acked > 0) window_grow(e, q, static_cast<uint32_t>(acked));
   q.comp.retry_left = q.attr.retry_cnt;
   q.comp.rnr_left = q.attr.rnr_retry;
   q.comp.last_retry_psn = 0xFFFFFFFF;
@@ -45,6 +81,7 @@ void wqe_done(Qp& q, SendWqe& w, WcStatus s) noexcept {
 void retry_from(Engine& e, Qp& q, uint32_t psn) noexcept {
   if (q.comp.last_retry_psn == psn) return;
   q.comp.last_retry_psn = psn;
+  window_cut(e, q, false);
   requester_rewind(e, q, psn);
 }
 
@@ -56,6 +93,7 @@ uint32_t ack_through(Engine& e, Qp& q, uint32_t last) noexcept {
   if (wire::psn_lt(last, q.comp.psn)) return kNoRewind;  // nothing new
   uint32_t rewound = kNoRewind;
   bool moved = false;
+  const uint32_t from = q.comp.psn;
   for (uint32_t i = q.sq.tail; i != q.sq.head; ++i) {
     SendWqe& w = q.sq.at(i);
     if (w.state == WqeState::Posted) break;
@@ -64,13 +102,13 @@ uint32_t ack_through(Engine& e, Qp& q, uint32_t last) noexcept {
     if (is_rd_atomic(w.wr.opcode)) {
       // IBTA 9.7 (implied NAK): the responder answered a later request, so this READ's or
       // atomic's response was lost: ask again.
-      const uint32_t from = psn_add(w.first_psn, w.read_pkts_done);
-      if (wire::psn_gt(from, q.comp.psn)) {
-        q.comp.psn = from;
+      const uint32_t resume = psn_add(w.first_psn, w.read_pkts_done);
+      if (wire::psn_gt(resume, q.comp.psn)) {
+        q.comp.psn = resume;
         moved = true;
       }
-      retry_from(e, q, from);
-      rewound = from;
+      retry_from(e, q, resume);
+      rewound = resume;
       break;
     }
     if (wire::psn_lt(last, w.last_psn)) {  // part of a multi-packet message
@@ -82,7 +120,7 @@ uint32_t ack_through(Engine& e, Qp& q, uint32_t last) noexcept {
     q.comp.psn = psn_add(w.last_psn, 1);
     moved = true;
   }
-  if (moved) progress(e, q);
+  if (moved) progress(e, q, from);
   return rewound;
 }
 
@@ -99,6 +137,7 @@ SendWqe* wqe_at(Qp& q, uint32_t psn) noexcept {
 
 CompSt on_read_resp(Engine& e, Qp& q, const wire::PacketView& pkt) noexcept {
   const uint32_t psn = pkt.h.bth.psn;
+  const uint32_t from = q.comp.psn;
   for (uint32_t i = q.sq.tail; i != q.sq.head; ++i) {
     SendWqe& w = q.sq.at(i);
     if (w.state == WqeState::Posted) break;
@@ -132,7 +171,7 @@ CompSt on_read_resp(Engine& e, Qp& q, const wire::PacketView& pkt) noexcept {
     ++w.read_pkts_done;
     q.comp.psn = psn_add(psn, 1);
     if (w.read_pkts_done == w.npkts) wqe_done(q, w, WcStatus::Success);
-    progress(e, q);
+    progress(e, q, from);
     return CompSt::Retire;
   }
   return CompSt::Drop;
@@ -140,6 +179,7 @@ CompSt on_read_resp(Engine& e, Qp& q, const wire::PacketView& pkt) noexcept {
 
 CompSt on_atomic_ack(Engine& e, Qp& q, const wire::PacketView& pkt) noexcept {
   const uint32_t psn = pkt.h.bth.psn;
+  const uint32_t from = q.comp.psn;
   for (uint32_t i = q.sq.tail; i != q.sq.head; ++i) {
     SendWqe& w = q.sq.at(i);
     if (w.state == WqeState::Posted) break;
@@ -166,7 +206,7 @@ CompSt on_atomic_ack(Engine& e, Qp& q, const wire::PacketView& pkt) noexcept {
     w.atomic_orig = orig;
     wqe_done(q, w, WcStatus::Success);
     q.comp.psn = psn_add(psn, 1);
-    progress(e, q);
+    progress(e, q, from);
     return CompSt::Retire;
   }
   return CompSt::Drop;
@@ -362,6 +402,7 @@ void completer_timer(Engine& e, Qp& q, uint64_t now) noexcept {
   }
   --q.comp.retry_left;
   q.comp.last_retry_psn = 0xFFFFFFFF;
+  window_cut(e, q, true);
   requester_rewind(e, q, q.comp.psn);
 }
 

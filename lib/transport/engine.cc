@@ -20,6 +20,7 @@ constexpr const char* kCtrNames[] = {
     "ghost_response",    "uc_msg_dropped",     "ud_qkey_drop",      "ud_no_recv_drop",
     "ud_len_drop",       "ce_received",        "cnp_sent",          "cnp_suppressed",
     "cnp_received",      "cq_overrun",        "tx_zero_copy",      "tx_copied",         "ack_lost_on_destroy",
+    "window_cuts",
 };
 static_assert(std::size(kCtrNames) == static_cast<size_t>(Ctr::kCount));
 }  // namespace
@@ -110,6 +111,8 @@ Engine::Engine(const EngineConfig& cfg, io::PacketIo& io, const io::Clock& clock
   if (cfg_.max_inflight_pkts == 0) cfg_.max_inflight_pkts = 1;
   if (cfg_.timer_scan_batch == 0) cfg_.timer_scan_batch = 1;
   if (cfg_.max_inflight_pkts > (1u << 22)) cfg_.max_inflight_pkts = 1u << 22;
+  if (cfg_.min_inflight_pkts == 0) cfg_.min_inflight_pkts = 1;
+  if (cfg_.min_inflight_pkts > cfg_.max_inflight_pkts) cfg_.min_inflight_pkts = cfg_.max_inflight_pkts;
   if (cfg_.mr_mem == nullptr) {
     const size_t bytes = verbs::MrTable::bytes_for(cfg_.max_mrs) + 64;
     mr_mem_owned_.reset(new uint8_t[bytes]);
@@ -303,6 +306,7 @@ int Engine::modify_qp(uint32_t qpn, const verbs::QpAttr& attr, uint32_t mask) no
     q->comp.psn = q->attr.sq_psn;
     q->comp.retry_left = q->attr.retry_cnt;
     q->comp.rnr_left = q->attr.rnr_retry;
+    q->req.cwnd = q->comp.ssthresh = cfg_.max_inflight_pkts;
   }
   if (next == QpState::Rts && old == QpState::Sqe) q->req.idx = q->sq.tail;
   if (next == QpState::Rts && !q->sq.empty()) req_ready(*q);

@@ -64,6 +64,7 @@ enum class Ctr : uint16_t {
   TxZeroCopy,    // payload packets sent by reference (PktBuf::ext, registered memory read in place)
   TxCopied,      // payload packets whose payload was copied into the TX buffer
   AckLostOnDestroy,  // a QP destroyed with its ACK/NAK still unsent (TX full throughout)
+  WindowCuts,        // RC congestion window reductions (ACK timeout, NAK sequence error, lost response)
   kCount
 };
 const char* ctr_name(Ctr c) noexcept;
@@ -88,6 +89,12 @@ struct EngineConfig {
   uint32_t max_mrs = 4096;
   verbs::Mtu port_mtu = verbs::Mtu::M1024;  // active MTU of the port: UD QPs use it (no PATH_MTU on UD)
   uint32_t max_inflight_pkts = 1024;  // go-back-N window (PSNs) per QP
+  // RC congestion window (packets) per QP, between min_inflight_pkts and
+  // max_inflight_pkts: starts at the maximum, is halved on a NAK sequence error
+  // or a lost READ response and drops to the minimum on a local ACK timeout,
+  // grows back on ACK progress (slow start to half the window before the last
+  // timeout, then one packet per window). min >= max: a fixed window.
+  uint32_t min_inflight_pkts = 8;
   uint32_t ack_req_every = 32;        // AckReq at least every N packets of a long message
   uint32_t pkts_per_turn = 32;        // requester packets per QP before moving on (fairness)
   bool ecn = true;                    // send ECT(0); answer CE with CNPs

@@ -17,6 +17,8 @@ struct ReqState {
   uint32_t next_new_psn = 0; // one past the highest PSN ever sent
   uint32_t rd_atomic_out = 0;  // READ/atomic WQEs sent and not completed
   uint32_t pkts_since_ackreq = 0;
+  // RC congestion window in PSNs (EngineConfig::min/max_inflight_pkts; set at RTS).
+  uint32_t cwnd = 1u << 22;
 };
 
 // Completer (completer.cc): acknowledgement state and timers.
@@ -28,6 +30,8 @@ struct CompState {
   uint64_t rnr_until = 0;
   uint64_t deadline = 0;      // ACK timeout deadline (0 = not armed)
   uint32_t last_retry_psn = 0xFFFFFFFF;  // PSN of the last retransmission triggered by a response
+  uint32_t ssthresh = 1u << 22;  // the window grows by one PSN per PSN acknowledged below this
+  uint32_t cwnd_acc = 0;         // PSNs acknowledged towards the next +1 above ssthresh
 };
 
 // A READ or atomic the responder executed: kept for replay (the spec's

@@ -105,8 +105,15 @@ bool build_packet(Engine& e, Qp& q, SendWqe& w, bool* last_of_wqe) noexcept {
     if (info.off_imm) h.ext.imm = w.wr.imm_data;
     if (info.off_ieth) h.ext.ieth_rkey = w.wr.invalidate_rkey;
     h.bth.se = last && (w.wr.send_flags & verbs::kSendSolicited) && (info.flags & (wire::kOpSend | wire::kOpImm));
-    if (q.type == QpType::RC)
-      h.bth.ackreq = last || q.req.pkts_since_ackreq + 1 >= e.config().ack_req_every;
+    if (q.type == QpType::RC) {
+      // AckReq on the last packet, every ack_req_every packets (at most every half
+      // window, so ACKs come back before a small window runs dry) and on the packet
+      // that fills the window (a responder such as rxe ACKs only on AckReq).
+      const uint32_t w = q.req.cwnd;
+      const uint32_t every = e.config().ack_req_every < w / 2 ? e.config().ack_req_every : (w / 2 ? w / 2 : 1);
+      h.bth.ackreq = last || q.req.pkts_since_ackreq + 1 >= every ||
+                     psn_diff(psn_add(q.req.psn, 1), q.comp.psn) >= static_cast<int32_t>(w);
+    }
   }
   void* dma = nullptr;
   if (const uint8_t* src = gather_ref(e.mrs(), q.pd, w, offset, payload, &dma)) {
@@ -158,9 +165,10 @@ bool requester_run(Engine& e, Qp& q, uint32_t budget) noexcept {
           st = ReqSt::Yield;
           break;
         }
-        // Go-back-N window on outstanding PSNs (also keeps within 2^23, IBTA 9.7).
+        // Go-back-N window on outstanding PSNs: the congestion window, at most
+        // max_inflight_pkts (also keeps within 2^23, IBTA 9.7).
         if (q.type == QpType::RC &&
-            psn_diff(q.req.psn, q.comp.psn) >= static_cast<int32_t>(e.config().max_inflight_pkts)) {
+            psn_diff(q.req.psn, q.comp.psn) >= static_cast<int32_t>(q.req.cwnd)) {
           st = ReqSt::Stop;
           break;
         }
