@@ -86,6 +86,8 @@ void retry_from(Engine& e, Qp& q, uint32_t psn) noexcept {
 }
 
 constexpr uint32_t kNoRewind = 0xFFFFFFFF;
+// A READ response this many PSNs past the expected one or fewer means lost packets.
+constexpr int32_t kReadGapNear = 8;
 
 // Everything up to and including `last` is acknowledged. Returns the PSN the
 // requester was rewound to if a READ/atomic turned out unanswered, else kNoRewind.
@@ -157,8 +159,17 @@ CompSt on_read_resp(Engine& e, Qp& q, const wire::PacketView& pkt) noexcept {
       return CompSt::Drop;
     }
     if (psn != expected) {
-      if (wire::psn_gt(psn, expected)) retry_from(e, q, expected);  // a response packet was lost
-      return CompSt::Drop;                                           // else a duplicate
+      // A response of this READ out of order: the responder is alive, possibly still
+      // streaming the answer to an earlier copy of the request (rxe answers every copy
+      // in full): restart the ACK timer without restoring the retry count, so retries
+      // are spent only on silence. Re-request on a gap just ahead of `expected` (a
+      // lost packet); a packet far ahead is taken as part of such an earlier stream
+      // (re-requesting on each would add one more stream per packet); the timer
+      // covers a long burst of losses.
+      const uint64_t to = verbs::ack_timeout_ns(q.attr.timeout);
+      if (to) q.comp.deadline = e.now() + to;
+      if (wire::psn_gt(psn, expected) && wire::psn_diff(psn, expected) <= kReadGapNear) retry_from(e, q, expected);
+      return CompSt::Drop;
     }
     const uint32_t off = w.read_pkts_done * q.mtu;
     const uint32_t want = w.length - off < q.mtu ? w.length - off : q.mtu;

@@ -160,3 +160,154 @@ TEST_CASE("window: a clean network never cuts the window and sends nothing twice
   CHECK(A.eng->counter(Ctr::ReqRetransmits) == 0);
   for (uint32_t q : qa) CHECK(A.eng->qp(q)->req.cwnd == 64);
 }
+
+// ---- READ re-requests against a responder that answers every copy of a READ (finding 15) ----
+namespace {
+
+constexpr uint32_t kPeerQpn = 0x77;
+constexpr uint32_t kSqPsn = 500;
+
+// The engine under test on a memlink, with a raw port as its peer (the responder).
+struct ReadPeer {
+  explicit ReadPeer(uint8_t timeout, uint8_t retry_cnt)
+      : link(clock, 1, 1024, 4096 + 256), dut(0, link, clock, EngineConfig{}), peer(link.add_port(mac_of(1))) {
+    QpInitAttr init;
+    init.qp_type = QpType::RC;
+    init.pd = dut.pd.handle;
+    init.send_cq = dut.scq;
+    init.recv_cq = dut.rcq;
+    REQUIRE(dut.eng->create_qp(init, &qpn) == 0);
+    QpAttr a;
+    a.qp_state = QpState::Init;
+    a.qp_access_flags = kAccessRemoteRead | kAccessLocalWrite;
+    REQUIRE(dut.eng->modify_qp(qpn, a, kQpState | kQpPkeyIndex | kQpPort | kQpAccessFlags) == 0);
+    a.qp_state = QpState::Rtr;
+    a.path_mtu = Mtu::M1024;
+    a.dest_qp_num = kPeerQpn;
+    a.rq_psn = 1000;
+    a.max_dest_rd_atomic = 4;
+    a.ah_attr.dmac = mac_of(1);
+    a.ah_attr.dgid = gid_of(1);
+    REQUIRE(dut.eng->modify_qp(qpn, a,
+                               kQpState | kQpAv | kQpPathMtu | kQpDestQpn | kQpRqPsn | kQpMaxDestRdAtomic |
+                                   kQpMinRnrTimer) == 0);
+    a.qp_state = QpState::Rts;
+    a.sq_psn = kSqPsn;
+    a.timeout = timeout;
+    a.retry_cnt = retry_cnt;
+    a.rnr_retry = 7;
+    a.max_rd_atomic = 4;
+    REQUIRE(dut.eng->modify_qp(qpn, a,
+                               kQpState | kQpSqPsn | kQpTimeout | kQpRetryCnt | kQpRnrRetry | kQpMaxQpRdAtomic) == 0);
+  }
+
+  // Response packet k (PSN kSqPsn + k) of a READ of n packets, 1 KiB each: the
+  // responder's bytes are (offset * 13 + 7).
+  void respond(uint32_t k, uint32_t n, uint32_t from = 0) {
+    wire::Headers h;
+    h.l2.src = mac_of(1);
+    h.l2.dst = mac_of(0);
+    h.l3.src = gid_of(1);
+    h.l3.dst = gid_of(0);
+    h.bth.dqpn = qpn;
+    h.bth.psn = kSqPsn + k;
+    // Positions count from `from`, the PSN the (re-)request asked from.
+    h.bth.opcode = k == from && k + 1 == n ? wire::op::RC_READ_RESPONSE_ONLY
+                   : k == from             ? wire::op::RC_READ_RESPONSE_FIRST
+                   : k + 1 == n            ? wire::op::RC_READ_RESPONSE_LAST
+                                           : wire::op::RC_READ_RESPONSE_MIDDLE;
+    h.ext.aeth = {wire::kAethAck | wire::kAethCreditInvalid, 0};
+    std::vector<uint8_t> data(1024);
+    for (uint32_t i = 0; i < 1024; ++i) data[i] = static_cast<uint8_t>((k * 1024 + i) * 13 + 7);
+    io::PktBuf* b = nullptr;
+    REQUIRE(peer.alloc_burst(&b, 1) == 1);
+    b->len = static_cast<uint32_t>(wire::build_frame({b->data, b->cap}, h, data));
+    REQUIRE(peer.tx_burst(&b, 1) == 1);
+  }
+
+  // Runs the engine for ns of virtual time; returns the READ requests it sent (their PSNs).
+  std::vector<uint32_t> run(uint64_t ns) {
+    std::vector<uint32_t> reqs;
+    const uint64_t until = clock.now_ns() + ns;
+    for (;;) {
+      dut.eng->poll();
+      io::PktBuf* bufs[32];
+      uint16_t n;
+      while ((n = peer.rx_burst(bufs, 32)) > 0) {
+        for (uint16_t i = 0; i < n; ++i) {
+          wire::PacketView v;
+          REQUIRE(wire::parse_frame({bufs[i]->data, bufs[i]->len}, v) == wire::ParseError::Ok);
+          if (v.h.bth.opcode == wire::op::RC_READ_REQUEST) reqs.push_back(v.h.bth.psn);
+        }
+        peer.free_burst(bufs, n);
+      }
+      if (clock.now_ns() >= until) break;
+      clock.advance(std::min<uint64_t>(100'000, until - clock.now_ns()));
+    }
+    return reqs;
+  }
+
+  memlink::VirtualClock clock;
+  memlink::Link link;
+  Node dut;
+  memlink::Port& peer;
+  uint32_t qpn = 0;
+};
+
+}  // namespace
+
+TEST_CASE("read retry: stale response streams neither add re-requests nor use up retries") {
+  constexpr uint32_t kN = 64;  // a 64 KiB READ: PSNs 500..563
+  ReadPeer p(/*timeout 67 ms*/ 14, /*retry_cnt*/ 2);
+  Node::Buf& dst = p.dut.buffer(kN * 1024);
+  SendWr rd = make_wr(1, WrOpcode::RdmaRead, dst, 0, kN * 1024);
+  rd.rdma = {0x10000, 0x4242};
+  REQUIRE(p.dut.eng->post_send(p.qpn, rd) == 0);
+  auto reqs = p.run(1'000'000);
+  REQUIRE(reqs == std::vector<uint32_t>{kSqPsn});
+  // Stream A (the answer to the request): packets 0..9, 10 is lost, then 11..39.
+  for (uint32_t k = 0; k < 10; ++k) p.respond(k, kN);
+  for (uint32_t k = 11; k < 40; ++k) p.respond(k, kN);
+  reqs = p.run(1'000'000);
+  // Expect one re-request, from the lost packet on (not one per packet after the gap).
+  CHECK(reqs == std::vector<uint32_t>{kSqPsn + 10});
+  // The responder still streams A (40..63), slowly: 10 ms a packet, 240 ms in all, more
+  // than the 3 x 67 ms that timeout and retry_cnt 2 allow a silent responder.
+  for (uint32_t k = 40; k < kN; ++k) {
+    p.respond(k, kN);
+    reqs = p.run(10'000'000);
+    CHECK(reqs.empty());
+  }
+  CHECK(p.dut.eng->counter(Ctr::AckTimeouts) == 0);
+  // Then stream B (the answer to the re-request, 10..63), with a second copy of A's
+  // tail (30..63) interleaved, as rxe serves two copies of a READ at once.
+  for (uint32_t k = 10, s = 30; k < kN; ++k, ++s) {
+    p.respond(k, kN, 10);
+    if (s < kN) p.respond(s, kN);
+    reqs = p.run(1'000'000);
+    CHECK(reqs.empty());
+  }
+  auto wcs = p.dut.drain(p.dut.scq);
+  REQUIRE(wcs.size() == 1);
+  CHECK(wcs[0].status == WcStatus::Success);
+  bool same = true;
+  for (uint32_t i = 0; i < kN * 1024; ++i) same &= dst.mem[i] == static_cast<uint8_t>(i * 13 + 7);
+  CHECK(same);
+  CHECK(p.dut.eng->counter(Ctr::AckTimeouts) == 0);
+}
+
+TEST_CASE("read retry: a silent responder still ends in RETRY_EXC_ERR") {
+  ReadPeer p(/*timeout 4 ms*/ 10, /*retry_cnt*/ 2);
+  Node::Buf& dst = p.dut.buffer(8 * 1024);
+  SendWr rd = make_wr(1, WrOpcode::RdmaRead, dst, 0, 8 * 1024);
+  rd.rdma = {0x10000, 0x4242};
+  REQUIRE(p.dut.eng->post_send(p.qpn, rd) == 0);
+  p.run(1'000'000);
+  for (uint32_t k = 0; k < 3; ++k) p.respond(k, 8);  // progress, then nothing
+  auto reqs = p.run(100'000'000);
+  CHECK(reqs == std::vector<uint32_t>{kSqPsn + 3, kSqPsn + 3});  // retry_cnt 2: two re-requests
+  auto wcs = p.dut.drain(p.dut.scq);
+  REQUIRE(wcs.size() == 1);
+  CHECK(wcs[0].status == WcStatus::RetryExcErr);
+  CHECK(p.dut.eng->counter(Ctr::AckTimeouts) == 3);
+}
