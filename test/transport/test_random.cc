@@ -1,5 +1,6 @@
 // Randomized tests with a fixed seed (printed on failure; override with
-// DROCE_SEED): thousands of mixed work requests over many RC QPs under loss,
+// DROCE_SEED): thousands of mixed work requests (SEND, SEND_IMM, SEND_INV,
+// WRITE, WRITE_IMM, READ, CMP_SWP, FETCH_ADD) over many RC QPs under loss,
 // reordering and duplication. Checks every byte, that each WR completes
 // exactly once with the right status and in order, and that atomics execute
 // exactly once. Then 30% loss with a small retry_cnt: RETRY_EXC_ERR, a clean
@@ -29,6 +30,7 @@ struct PlannedWr {
   uint32_t len;
   uint32_t slot;
   uint64_t atomic_expect;  // FETCH_ADD/CMP_SWP: value the WR must return
+  uint32_t inv_key = 0;    // SEND_INV: a responder rkey registered for this WR alone
 };
 
 struct QpRun {
@@ -66,8 +68,9 @@ Result run_random(uint64_t seed, int nqps, int wrs_per_qp, memlink::Faults fault
   o.max_send_wr = 64;
   o.max_recv_wr = 64;
   std::vector<QpRun> qps(nqps);
-  const WrOpcode kOps[] = {WrOpcode::Send,    WrOpcode::SendImm,      WrOpcode::RdmaWrite,     WrOpcode::RdmaWriteImm,
-                           WrOpcode::RdmaRead, WrOpcode::AtomicCmpSwp, WrOpcode::AtomicFetchAdd};
+  const WrOpcode kOps[] = {WrOpcode::Send,     WrOpcode::SendImm,      WrOpcode::SendInv,
+                           WrOpcode::RdmaWrite, WrOpcode::RdmaWriteImm, WrOpcode::RdmaRead,
+                           WrOpcode::AtomicCmpSwp, WrOpcode::AtomicFetchAdd};
   const uint32_t kSizes[] = {0, 1, 100, 1023, 1024, 1025, 3079, 8192};
   for (auto& q : qps) {
     o.sq_psn = static_cast<uint32_t>(rng()) & wire::kMask24;  // exercises PSN wraparound sometimes
@@ -88,6 +91,7 @@ Result run_random(uint64_t seed, int nqps, int wrs_per_qp, memlink::Faults fault
         p.atomic_expect = q.counter;
         q.counter = p.op == WrOpcode::AtomicCmpSwp ? q.counter * 3 + 1 : q.counter + 7;
       }
+      if (p.op == WrOpcode::SendInv) p.inv_key = B.buffer(64).key;  // invalidated exactly once
       q.plan.push_back(p);
     }
   }
@@ -102,7 +106,8 @@ Result run_random(uint64_t seed, int nqps, int wrs_per_qp, memlink::Faults fault
     while (q.posted < q.plan.size() && q.posted - q.completed < 48) {
       const PlannedWr& p = q.plan[q.posted];
       const uint64_t id = (uint64_t{q.qa} << 32) | q.posted;
-      const bool recv = p.op == WrOpcode::Send || p.op == WrOpcode::SendImm || p.op == WrOpcode::RdmaWriteImm;
+      const bool recv = p.op == WrOpcode::Send || p.op == WrOpcode::SendImm || p.op == WrOpcode::SendInv ||
+                        p.op == WrOpcode::RdmaWriteImm;
       if (recv) {
         if (B.eng->post_recv(q.qb, make_recv(id, *q.b_recv, uint64_t{p.slot} * kSlot, kSlot)) != 0) break;
         q.recv_order.push_back(q.posted);
@@ -122,6 +127,7 @@ Result run_random(uint64_t seed, int nqps, int wrs_per_qp, memlink::Faults fault
           wr = make_wr(id, p.op, *q.a_data, off, p.len);
           wr.rdma = {q.b_data->addr() + off, q.b_data->key};
           wr.imm_data = static_cast<uint32_t>(id);
+          wr.invalidate_rkey = p.inv_key;
           if (rng() % 3 == 0) wr.send_flags = 0;  // unsignaled (still completes in order)
           if (rng() % 10 == 0) wr.send_flags |= kSendFence;
           if (p.len <= kMaxInline && p.op != WrOpcode::RdmaRead && rng() % 4 == 0) wr.send_flags |= kSendInline;
@@ -207,7 +213,13 @@ Result run_random(uint64_t seed, int nqps, int wrs_per_qp, memlink::Faults fault
           }
         }
         CHECK(wc[k].byte_len == p.len);
-        if (p.op != WrOpcode::Send) CHECK(wc[k].imm_data == static_cast<uint32_t>(wc[k].wr_id));
+        CHECK(bool(wc[k].wc_flags & kWcWithInv) == (p.op == WrOpcode::SendInv));
+        if (p.op == WrOpcode::SendInv) {
+          CHECK(wc[k].imm_data == p.inv_key);
+        } else if (p.op != WrOpcode::Send) {
+          CHECK(bool(wc[k].wc_flags & kWcWithImm));
+          CHECK(wc[k].imm_data == static_cast<uint32_t>(wc[k].wr_id));
+        }
       }
     }
     bool done = true;
@@ -250,6 +262,9 @@ Result run_random(uint64_t seed, int nqps, int wrs_per_qp, memlink::Faults fault
       const size_t off = size_t{p.slot} * kSlot;
       INFO("qp " << i << " wr " << k << " op " << int(p.op) << " len " << p.len);
       switch (p.op) {
+        case WrOpcode::SendInv:
+          REQUIRE(B.eng->mrs().lookup(p.inv_key, B.pd.handle, 0, 0, 0, nullptr) == nullptr);  // invalidated
+          [[fallthrough]];
         case WrOpcode::Send:
         case WrOpcode::SendImm:
           REQUIRE(std::memcmp(q.b_recv->mem.data() + off, a_src[i].data() + off, p.len) == 0);
