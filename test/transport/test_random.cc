@@ -31,6 +31,7 @@ struct PlannedWr {
   uint32_t slot;
   uint64_t atomic_expect;  // FETCH_ADD/CMP_SWP: value the WR must return
   uint32_t inv_key = 0;    // SEND_INV: a responder rkey registered for this WR alone
+  Node::Buf* inv_mr = nullptr;
 };
 
 struct QpRun {
@@ -91,7 +92,10 @@ Result run_random(uint64_t seed, int nqps, int wrs_per_qp, memlink::Faults fault
         p.atomic_expect = q.counter;
         q.counter = p.op == WrOpcode::AtomicCmpSwp ? q.counter * 3 + 1 : q.counter + 7;
       }
-      if (p.op == WrOpcode::SendInv) p.inv_key = B.buffer(64).key;  // invalidated exactly once
+      if (p.op == WrOpcode::SendInv) {  // invalidated exactly once
+        p.inv_mr = &B.buffer(64);
+        p.inv_key = p.inv_mr->key;
+      }
       q.plan.push_back(p);
     }
   }
@@ -263,7 +267,7 @@ Result run_random(uint64_t seed, int nqps, int wrs_per_qp, memlink::Faults fault
       INFO("qp " << i << " wr " << k << " op " << int(p.op) << " len " << p.len);
       switch (p.op) {
         case WrOpcode::SendInv:
-          REQUIRE(B.eng->mrs().lookup(p.inv_key, B.pd.handle, 0, 0, 0, nullptr) == nullptr);  // invalidated
+          REQUIRE(mr_invalidated(B, *p.inv_mr));
           [[fallthrough]];
         case WrOpcode::Send:
         case WrOpcode::SendImm:

@@ -100,6 +100,7 @@ struct Posted {
   uint32_t psn;      // first PSN
   uint32_t imm;      // ImmDt (IMM ops)
   uint32_t inv_key;  // SEND_INV: the rkey it invalidates
+  Node::Buf* inv_mr;
   uint64_t remote;   // RETH / AtomicETH va
   uint32_t rkey;
   uint64_t swap_add, compare, orig;  // atomics: operands and the value they must return
@@ -284,7 +285,9 @@ void run_type_mtu(QpType t, Mtu m, WrOpcode op) {
       wr.imm_data = p.imm;
       switch (op) {
         case WrOpcode::SendInv:
-          p.inv_key = B.buffer(64).key;
+          p.inv_mr = &B.buffer(64);
+          p.inv_key = p.inv_mr->key;
+          REQUIRE(mr_valid(B, *p.inv_mr));
           wr.invalidate_rkey = p.inv_key;
           break;
         case WrOpcode::RdmaWrite:
@@ -376,7 +379,7 @@ void run_type_mtu(QpType t, Mtu m, WrOpcode op) {
           if (op == WrOpcode::SendImm) CHECK(c.imm_data == p.imm);
           if (op == WrOpcode::SendInv) {
             CHECK(c.imm_data == p.inv_key);
-            CHECK(B.eng->mrs().lookup(p.inv_key, B.pd.handle, 0, 0, 0, nullptr) == nullptr);
+            CHECK(mr_invalidated(B, *p.inv_mr));
           }
           if (t == QpType::UD) {
             // IPv4 header in the last 20 bytes of the GRH: version 4, source 10.0.0.1.
