@@ -106,13 +106,17 @@ Result run_random(uint64_t seed, int nqps, int wrs_per_qp, memlink::Faults fault
     b_src[i] = qps[i].b_data->mem;
   }
 
+  std::vector<WcStatus> first_error(nqps, WcStatus::Success);
   auto post_more = [&](QpRun& q) {
+    // Once the requester failed, its later WRs are flushed and never reach the responder: a
+    // receive posted for them would never be consumed and would fill the peer's RQ.
+    const bool failed = first_error[&q - qps.data()] != WcStatus::Success;
     while (q.posted < q.plan.size() && q.posted - q.completed < 48) {
       const PlannedWr& p = q.plan[q.posted];
       const uint64_t id = (uint64_t{q.qa} << 32) | q.posted;
       const bool recv = p.op == WrOpcode::Send || p.op == WrOpcode::SendImm || p.op == WrOpcode::SendInv ||
                         p.op == WrOpcode::RdmaWriteImm;
-      if (recv) {
+      if (recv && !failed) {
         if (B.eng->post_recv(q.qb, make_recv(id, *q.b_recv, uint64_t{p.slot} * kSlot, kSlot)) != 0) break;
         q.recv_order.push_back(q.posted);
       }
@@ -147,7 +151,6 @@ Result run_random(uint64_t seed, int nqps, int wrs_per_qp, memlink::Faults fault
 
   Result res;
   std::map<uint64_t, int> seen;  // wr_id -> completions
-  std::vector<WcStatus> first_error(nqps, WcStatus::Success);
   auto qidx = [&](uint32_t qa) {
     for (int i = 0; i < nqps; ++i)
       if (qps[i].qa == qa) return i;
