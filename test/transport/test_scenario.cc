@@ -460,6 +460,103 @@ TEST_CASE("UC WRITE_IMM", "[scenario][uc]") { for (Mtu m : kMtus) run_type_mtu(Q
 TEST_CASE("UD SEND", "[scenario][ud]") { for (Mtu m : kMtus) run_type_mtu(QpType::UD, m, WrOpcode::Send); }
 TEST_CASE("UD SEND_IMM", "[scenario][ud]") { for (Mtu m : kMtus) run_type_mtu(QpType::UD, m, WrOpcode::SendImm); }
 
+TEST_CASE("RC mixed operations complete in posting order", "[scenario][rc]") {
+  // Every RC operation back to back on one QP, twice around: a READ or atomic ahead of
+  // SENDs/WRITEs completes only when its response arrives, and the SENDs/WRITEs behind it,
+  // though ACKed first, complete after it. Both completion queues in posting order.
+  World w(5);
+  QpOpts o;
+  o.mtu = Mtu::M256;
+  auto [qa, qb] = w.connect(0, 1, QpType::RC, o);
+  Node& A = *w.node[0];
+  Node& B = *w.node[1];
+  auto& src = A.buffer(1 << 16);
+  auto& dst = B.buffer(1 << 16);
+  auto& rbuf = B.buffer(1 << 16);
+  fill_fast(src.mem.data(), src.mem.size(), 1);
+  fill_fast(dst.mem.data(), dst.mem.size(), 2);
+  const std::vector<uint8_t> dst0 = dst.mem;
+  const WrOpcode kSeq[] = {WrOpcode::RdmaRead,     WrOpcode::Send,         WrOpcode::RdmaWriteImm,
+                           WrOpcode::AtomicFetchAdd, WrOpcode::SendInv,    WrOpcode::RdmaWrite,
+                           WrOpcode::AtomicCmpSwp,  WrOpcode::SendImm};
+  const uint32_t kLens[] = {700, 1, 513, 8, 0, 256, 8, 257};
+  struct P {
+    WrOpcode op;
+    uint32_t len;
+    uint64_t off;
+    Node::Buf* inv = nullptr;
+  };
+  std::vector<P> plan;
+  std::vector<size_t> recv_of;  // plan index per receive WQE, in posting order
+  uint64_t off = 0;
+  for (int round = 0; round < 2; ++round) {
+    for (size_t i = 0; i < std::size(kSeq); ++i) {
+      P p{kSeq[i], kLens[i], off};
+      off += 1024;
+      const uint64_t id = plan.size();
+      SendWr wr = make_wr(id, p.op, src, p.off, p.len);
+      wr.imm_data = 0x5000 + static_cast<uint32_t>(id);
+      wr.rdma = {dst.addr() + p.off, dst.key};
+      if (is_atomic(p.op)) wr.atomic = {dst.addr() + 16 * 1024, 0, 0, dst.key};  // CMP_SWP(0, 0) / FETCH_ADD(0): no change
+      if (p.op == WrOpcode::AtomicFetchAdd) wr.atomic.compare_add = 3;
+      if (p.op == WrOpcode::SendInv) {
+        p.inv = &B.buffer(64);
+        wr.invalidate_rkey = p.inv->key;
+      }
+      if (wants_recv(p.op)) {
+        REQUIRE(B.eng->post_recv(qb, make_recv(id, rbuf, p.off, 1024)) == 0);
+        recv_of.push_back(plan.size());
+      }
+      REQUIRE(A.eng->post_send(qa, wr) == 0);
+      plan.push_back(p);
+    }
+  }
+  std::vector<Wc> swc, rwc;
+  REQUIRE(w.run([&] {
+    auto a = A.drain(A.scq), b = B.drain(B.rcq);
+    swc.insert(swc.end(), a.begin(), a.end());
+    rwc.insert(rwc.end(), b.begin(), b.end());
+    return swc.size() >= plan.size() && rwc.size() >= recv_of.size();
+  }));
+  w.settle();
+  CHECK(A.drain(A.scq).empty());
+  CHECK(B.drain(B.rcq).empty());
+  REQUIRE(swc.size() == plan.size());
+  uint64_t fetch_expect = 0;
+  std::memcpy(&fetch_expect, dst0.data() + 16 * 1024, 8);
+  for (size_t k = 0; k < plan.size(); ++k) {
+    const P& p = plan[k];
+    INFO("wr " << k << " op " << int(p.op));
+    CHECK(swc[k].wr_id == k);
+    CHECK(swc[k].status == WcStatus::Success);
+    CHECK(swc[k].opcode == sender_wc_opcode(p.op));
+    CHECK(swc[k].byte_len == p.len);
+    if (p.op == WrOpcode::RdmaRead) CHECK(std::memcmp(src.mem.data() + p.off, dst0.data() + p.off, p.len) == 0);
+    if (p.op == WrOpcode::RdmaWrite || p.op == WrOpcode::RdmaWriteImm)
+      CHECK(std::memcmp(dst.mem.data() + p.off, src.mem.data() + p.off, p.len) == 0);
+    if (is_atomic(p.op)) {
+      uint64_t got;
+      std::memcpy(&got, src.mem.data() + p.off, 8);
+      CHECK(got == fetch_expect);  // the atomics ran in posting order
+      if (p.op == WrOpcode::AtomicFetchAdd) fetch_expect += 3;
+    }
+    if (p.inv) CHECK(mr_invalidated(B, *p.inv));
+  }
+  REQUIRE(rwc.size() == recv_of.size());
+  for (size_t r = 0; r < rwc.size(); ++r) {
+    const P& p = plan[recv_of[r]];
+    INFO("receive " << r << " for wr " << recv_of[r]);
+    CHECK(rwc[r].wr_id == recv_of[r]);
+    CHECK(rwc[r].status == WcStatus::Success);
+    CHECK(rwc[r].byte_len == p.len);
+    CHECK(rwc[r].opcode == (p.op == WrOpcode::RdmaWriteImm ? WcOpcode::RecvRdmaWithImm : WcOpcode::Recv));
+    if (p.op == WrOpcode::SendImm || p.op == WrOpcode::RdmaWriteImm) CHECK(rwc[r].imm_data == 0x5000 + recv_of[r]);
+    if (p.op == WrOpcode::SendInv) CHECK(rwc[r].imm_data == p.inv->key);
+    if (is_send(p.op)) CHECK(std::memcmp(rbuf.mem.data() + p.off, src.mem.data() + p.off, p.len) == 0);
+  }
+  CHECK(A.eng->counter(Ctr::ReqRetransmits) == 0);
+}
+
 TEST_CASE("RC WRITE 16 MiB", "[scenario][rc][big]") {
   World w(7);
   QpOpts o;
