@@ -894,8 +894,8 @@ int run_server(const Opts& o, engine::Embedded& node, int* tcp_fd) {
 // the device). So the two sides never close at once: the server closes first,
 // and the client closes only once its link is seen down (bounded, memif only:
 // other ports keep their link up when the peer goes).
-void close_after_peer(const Opts& o, engine::Embedded& node) {
-  if (o.device.rfind("net_memif", 0) != 0) return;
+void close_after_peer(engine::Embedded& node) {
+  if (node.port().driver() != "net_memif") return;
   for (int i = 0; i < 200 && node.port().link().up; ++i) usleep(10000);
 }
 
@@ -949,7 +949,7 @@ int main(int argc, char** argv) {
     engine::announce_node(*node, o.device, o.gid_index, "-x");
     if (!o.host.empty()) {
       const int rc = run_client(o, *node);
-      close_after_peer(o, *node);
+      close_after_peer(*node);
       return rc;
     }
     int fd = -1;

@@ -210,9 +210,14 @@ struct Ieth {
 };
 static_assert(sizeof(Ieth) == 4);
 
-// RoCEv2 Congestion Notification Packet (annex A17.9.2): BTH opcode 0x81,
-// 16 reserved bytes, ICRC.
-inline constexpr size_t kCnpReservedBytes = 16;
+// RoCEv2 Congestion Notification Packet (annex A17.9.2): BTH opcode 0x81
+// (FECN/BECN clear, dest QP = the QP to slow down), then 16 reserved bytes
+// (zero on transmit, ignored on receive), then the ICRC.
+struct CnpBody {
+  uint8_t reserved[16];
+};
+static_assert(sizeof(CnpBody) == 16);
+inline constexpr size_t kCnpReservedBytes = sizeof(CnpBody);
 
 static_assert(std::is_trivially_copyable_v<Ipv6Hdr> && std::is_trivially_copyable_v<Bth> &&
               std::is_trivially_copyable_v<AtomicEth>);

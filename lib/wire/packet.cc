@@ -90,7 +90,7 @@ void encode_ext(uint8_t* bth, const OpcodeInfo& op, const ExtFields& e) noexcept
     i.rkey.set(e.ieth_rkey);
     store(bth + op.off_ieth, i);
   }
-  if (op.flags & kOpCnpResv) std::memset(bth + sizeof(Bth), 0, kCnpReservedBytes);
+  if (op.flags & kOpCnpResv) *reinterpret_cast<CnpBody*>(bth + sizeof(Bth)) = CnpBody{};
 }
 
 inline size_t l2_len(const Headers& h) noexcept { return sizeof(EthHdr) + (h.l2.vlan ? sizeof(VlanTag) : 0); }

@@ -215,8 +215,9 @@ if [ "$mode" = demo ]; then
   pair "ib_read_bw -s 65536" ib_read_bw -x "$gidx" -s 65536 -n 500 --report_gbits
   pair "ib_send_bw -s 4096" ib_send_bw -x "$gidx" -s 4096 -n 2000 --report_gbits
   pair "ib_atomic_bw" ib_atomic_bw -x "$gidx" -n 2000
-  pair "ib_write_lat -s 64 (both programs spin, as do both daemons: 4 busy loops; on 2 CPUs this is the scheduler's figure)" ib_write_lat -x "$gidx" -s 64 -n 500
+  pair "ib_send_lat -s 64 (polling its CQ)" ib_send_lat -x "$gidx" -s 64 -n 500
   pair "ib_send_lat -s 64 -e (asleep on a completion channel)" ib_send_lat -x "$gidx" -s 64 -n 500 -e
+  pair "ib_write_lat -s 64 (both programs spin on memory, never yielding the CPU: on 2 CPUs, the scheduler's figure)" ib_write_lat -x "$gidx" -s 64 -n 500
   echo "droce-ctl -s node-a.sock counters -g port (node A's port after the runs):"
   "$CTL" -s "$T/a-ctl.sock" counters -g port -n 2>&1 | head -n 24 | sed 's/^/   /'
   echo "$pass passed, $fail failed"

@@ -211,6 +211,17 @@ inline std::vector<Seen> parsed(memlink::Link& link) {
   return out;
 }
 
+// The MR is still registered but was invalidated (SEND_WITH_INV): a lookup of its own range
+// fails with Invalidated. (A lookup outside its range would fail anyway and prove nothing.)
+inline bool mr_invalidated(Node& n, const Node::Buf& b) {
+  MrError err = MrError::Ok;
+  return n.eng->mrs().lookup(b.key, n.pd.handle, b.addr(), b.mem.size(), 0, &err) == nullptr &&
+         err == MrError::Invalidated;
+}
+inline bool mr_valid(Node& n, const Node::Buf& b) {
+  return n.eng->mrs().lookup(b.key, n.pd.handle, b.addr(), b.mem.size(), kAccessAll, nullptr) != nullptr;
+}
+
 inline void fill_random(std::vector<uint8_t>& v, uint64_t seed) {
   std::mt19937_64 r(seed);
   for (auto& b : v) b = static_cast<uint8_t>(r());

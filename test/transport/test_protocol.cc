@@ -430,6 +430,52 @@ TEST_CASE("protocol: requester completes REM_ACCESS_ERR on NAK and flushes", "[p
   CHECK(p.q().state == QpState::Err);
 }
 
+TEST_CASE("protocol: requester completes REM_INV_REQ_ERR and REM_OP_ERR on NAK and flushes", "[protocol]") {
+  struct Case {
+    uint8_t nak;
+    WcStatus want;
+  };
+  for (const Case c : {Case{wire::kNakInvalidRequest, WcStatus::RemInvReqErr},
+                       Case{wire::kNakRemoteOperationalError, WcStatus::RemOpErr}}) {
+    INFO("NAK code " << int(c.nak));
+    Proto p;
+    // Three SENDs (PSN 500..502) and a WRITE (503).
+    for (int i = 0; i < 3; ++i) REQUIRE(p.dut.eng->post_send(p.qpn, make_wr(10 + i, WrOpcode::Send, *p.mem, 0, 10)) == 0);
+    SendWr wr = make_wr(13, WrOpcode::RdmaWrite, *p.mem, 0, 100);
+    wr.rdma = {0x1000, 0x4242};
+    REQUIRE(p.dut.eng->post_send(p.qpn, wr) == 0);
+    auto out = p.run();
+    REQUIRE(out.size() == 4);
+    // Receive the NAK for PSN 501. Expect: 500 SUCCESS (implicitly acknowledged by the NAK),
+    // 501 with the error status, 502 and 503 WR_FLUSH_ERR, in order; the QP in ERR.
+    auto nak = p.hdr(wire::op::RC_ACKNOWLEDGE, kSqPsn + 1, false);
+    nak.ext.aeth = {static_cast<uint8_t>(wire::kAethNak | c.nak), 1};
+    p.send(nak);
+    out = p.run();
+    CHECK(out.empty());  // nothing retransmitted
+    auto wcs = p.dut.drain(p.dut.scq);
+    REQUIRE(wcs.size() == 4);
+    CHECK(wcs[0].wr_id == 10);
+    CHECK(wcs[0].status == WcStatus::Success);
+    CHECK(wcs[1].wr_id == 11);
+    CHECK(wcs[1].status == c.want);
+    CHECK(wcs[1].opcode == WcOpcode::Send);
+    CHECK(wcs[2].wr_id == 12);
+    CHECK(wcs[2].status == WcStatus::WrFlushErr);
+    CHECK(wcs[3].wr_id == 13);
+    CHECK(wcs[3].status == WcStatus::WrFlushErr);
+    CHECK(p.q().state == QpState::Err);
+    CHECK(p.dut.eng->counter(Ctr::ErrNakReceived) == 1);
+    // A WR posted now completes at once with WR_FLUSH_ERR; nothing goes on the wire.
+    REQUIRE(p.dut.eng->post_send(p.qpn, make_wr(14, WrOpcode::Send, *p.mem, 0, 10)) == 0);
+    CHECK(p.run().empty());
+    wcs = p.dut.drain(p.dut.scq);
+    REQUIRE(wcs.size() == 1);
+    CHECK(wcs[0].wr_id == 14);
+    CHECK(wcs[0].status == WcStatus::WrFlushErr);
+  }
+}
+
 TEST_CASE("protocol: local ACK timeout retry_cnt and RETRY_EXC_ERR", "[protocol]") {
   QpOpts o;
   o.timeout = 4;  // 4.096 us * 16 = 65.536 us
@@ -475,6 +521,47 @@ TEST_CASE("protocol: RNR NAK retry with rnr_retry 1 then RNR_RETRY_EXC_ERR", "[p
   auto wcs = p.dut.drain(p.dut.scq);
   REQUIRE(wcs.size() == 1);
   CHECK(wcs[0].status == WcStatus::RnrRetryExcErr);
+}
+
+TEST_CASE("protocol: rnr_retry 7 retries RNR NAKs forever", "[protocol]") {
+  QpOpts o;
+  o.rnr_retry = 7;  // IBTA 9.7.5.2.8: 7 means infinite
+  o.retry_cnt = 1;  // RNR NAKs must not use up retry_cnt either
+  Proto p(QpType::RC, o);
+  REQUIRE(p.dut.eng->post_send(p.qpn, make_wr(1, WrOpcode::Send, *p.mem, 0, 10)) == 0);
+  REQUIRE(p.dut.eng->post_send(p.qpn, make_wr(2, WrOpcode::Send, *p.mem, 16, 20)) == 0);
+  auto out = p.run(1000);
+  REQUIRE(out.size() == 2);
+  auto rnr = p.hdr(wire::op::RC_ACKNOWLEDGE, kSqPsn, false);
+  rnr.ext.aeth = {static_cast<uint8_t>(wire::kAethRnrNak | 3), 0};  // timer code 3 = 30 us
+  // Receive 20 RNR NAKs for PSN 500 in a row. Expect each time: nothing during the RNR wait, then
+  // 500 and 501 again; no completion.
+  for (int i = 0; i < 20; ++i) {
+    INFO("RNR NAK " << i);
+    p.send(rnr);
+    out = p.run(20000);
+    CHECK(out.empty());
+    out = p.run(20000);
+    REQUIRE(out.size() == 2);
+    CHECK(out[0].v.h.bth.psn == kSqPsn);
+    CHECK(out[1].v.h.bth.psn == kSqPsn + 1);
+    CHECK(p.dut.drain(p.dut.scq).empty());
+    CHECK(p.q().state == QpState::Rts);
+  }
+  CHECK(p.dut.eng->counter(Ctr::RnrNakReceived) == 20);
+  CHECK(p.dut.eng->counter(Ctr::RnrRetryExceeded) == 0);
+  // Receive ACK 501. Expect both SUCCESS, in order.
+  auto ack = p.hdr(wire::op::RC_ACKNOWLEDGE, kSqPsn + 1, false);
+  ack.ext.aeth = {wire::kAethAck | wire::kAethCreditInvalid, 2};
+  p.send(ack);
+  p.run(5000);
+  auto wcs = p.dut.drain(p.dut.scq);
+  REQUIRE(wcs.size() == 2);
+  CHECK(wcs[0].wr_id == 1);
+  CHECK(wcs[0].status == WcStatus::Success);
+  CHECK(wcs[1].wr_id == 2);
+  CHECK(wcs[1].status == WcStatus::Success);
+  CHECK(p.q().state == QpState::Rts);
 }
 
 TEST_CASE("protocol: ECN CE mark makes a CNP rate-limited per QP", "[protocol][ecn]") {

@@ -255,7 +255,7 @@ TEST_CASE("a net_ring vdev opened by device string loops back to itself") {
   p.set_promiscuous(false);
   CHECK_FALSE(p.promiscuous());
   CHECK(p.mtu() == 1500);
-  // net_ring has no MTU to set (net_tap's is set in test/dpdk/netns_ping.sh).
+  // net_ring has no MTU to set (net_tap's is set in test/drivers/dpdk/netns_ping.sh).
   CHECK_THROWS_WITH(p.set_mtu(9000), Catch::Contains("set MTU 9000"));
   // net_ring cannot change its MAC: the error names the operation.
   CHECK_THROWS_WITH(p.set_mac(m), Catch::Contains("set MAC 02:11:22:33:44:55"));
