@@ -385,6 +385,24 @@ void check_send_completions(Node& A, std::vector<SendTrack>& qs, const std::vect
   }
 }
 
+// Runs the world, topping up each sender's WRs with post_more, until every
+// QP's nops WRs completed; then lets the last packets land (the link empty)
+// and checks the completions that came with them.
+template <typename PostMore>
+void run_senders_to_completion(World& w, Node& A, std::vector<SendTrack>& qs, const std::vector<WrOpcode>* ops_of,
+                               size_t nops, PostMore post_more) {
+  REQUIRE(w.run([&] {
+    check_send_completions(A, qs, ops_of, nops);
+    post_more();
+    for (auto& t : qs)
+      if (t.completed < nops) return false;
+    return true;
+  }, 5'000'000));
+  w.settle();  // the last packets land
+  REQUIRE(w.link.in_flight() == 0);
+  check_send_completions(A, qs, ops_of, nops);
+}
+
 struct UcMsg {
   WrOpcode op;
   uint32_t len;
@@ -456,16 +474,7 @@ TEST_CASE("random UC messages under loss are delivered whole or not at all", "[r
       }
     }
   };
-  REQUIRE(w.run([&] {
-    check_send_completions(A, tracks, ops.data(), kMsgs);
-    post_more();
-    for (auto& t : tracks)
-      if (t.completed < kMsgs) return false;
-    return true;
-  }, 5'000'000));
-  w.settle();  // the last packets land
-  REQUIRE(w.link.in_flight() == 0);
-  check_send_completions(A, tracks, ops.data(), kMsgs);
+  run_senders_to_completion(w, A, tracks, ops.data(), kMsgs, post_more);
   // Receive completions: in posting order per QP, each for one whole message, at most once.
   std::vector<size_t> recvs_done(kQps, 0);
   size_t delivered = 0, delivered_multi = 0;
@@ -620,16 +629,7 @@ TEST_CASE("random UD datagrams under loss are delivered intact or not at all", "
       }
     }
   };
-  REQUIRE(w.run([&] {
-    check_send_completions(A, tracks, ops.data(), kMsgs);
-    post_more();
-    for (auto& t : tracks)
-      if (t.completed < kMsgs) return false;
-    return true;
-  }, 5'000'000));
-  w.settle();
-  REQUIRE(w.link.in_flight() == 0);
-  check_send_completions(A, tracks, ops.data(), kMsgs);
+  run_senders_to_completion(w, A, tracks, ops.data(), kMsgs, post_more);
   std::vector<uint32_t> recvs_done(kQps, 0);
   size_t delivered = 0;
   Wc wc[64];
