@@ -41,8 +41,7 @@ bad() { fail=$((fail + 1)); echo "FAIL $*"; }
 
 # wait_for FILE PATTERN: up to 20 s.
 wait_for() {
-  local i
-  for i in $(seq 1 200); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.1; done
+  for _ in $(seq 1 200); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.1; done
   return 1
 }
 # clash PID IFINDEX_OF_PID OTHER_IFINDEX: the process id that draws PID's fanout id on the other interface.
@@ -52,9 +51,9 @@ usable() { [ "$1" -gt 300 ] && [ "$1" -lt "$pid_max" ] && ! kill -0 "$1" 2>/dev/
 # start_at PID LOG CMD...: runs CMD in the background as process PID (sets STARTED);
 # other processes of the machine may take the pid first: up to 100 tries.
 start_at() {
-  local want=$1 log=$2 i p
+  local want=$1 log=$2 p
   shift 2
-  for i in $(seq 1 100); do
+  for _ in $(seq 1 100); do
     usable "$want" || return 1
     : >"$log"
     echo $((want - 1)) >/proc/sys/kernel/ns_last_pid
