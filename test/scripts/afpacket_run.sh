@@ -41,8 +41,7 @@ bad() { fail=$((fail + 1)); echo "FAIL $*"; }
 
 # wait_for FILE PATTERN: up to 20 s.
 wait_for() {
-  local i
-  for i in $(seq 1 200); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.1; done
+  for _ in $(seq 1 200); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.1; done
   return 1
 }
 # clash PID IFINDEX_OF_PID OTHER_IFINDEX: the process id that draws PID's fanout id on the other interface.
@@ -52,9 +51,9 @@ usable() { [ "$1" -gt 300 ] && [ "$1" -lt "$pid_max" ] && ! kill -0 "$1" 2>/dev/
 # start_at PID LOG CMD...: runs CMD in the background as process PID (sets STARTED);
 # other processes of the machine may take the pid first: up to 100 tries.
 start_at() {
-  local want=$1 log=$2 i p
+  local want=$1 log=$2 p
   shift 2
-  for i in $(seq 1 100); do
+  for _ in $(seq 1 100); do
     usable "$want" || return 1
     : >"$log"
     echo $((want - 1)) >/proc/sys/kernel/ns_last_pid
@@ -152,7 +151,40 @@ else
 fi
 kill "$pe" 2>/dev/null
 
-# 5. Real DPDK nodes (droce-perf servers: they probe net_af_packet, then wait for a client).
+# 5. Two nodes started back to back (no fork between them: consecutive pids, so
+# for ifindex 2 and 3 they clash whenever the first pid is even): 10 pairs
+# without the launcher (counted, shown), 10 through it (none may clash).
+pairs() {  # pairs with|without: prints how many of 10 pairs had a refusal
+  local n=0 a b
+  for _ in $(seq 1 10); do
+    if [ "$1" = with ]; then
+      ip netns exec "$ns" "$RUN" vb python3 "$JOIN" vb >"$T/na.log" 2>&1 &
+      a=$!
+      ip netns exec "$ns" "$RUN" va python3 "$JOIN" va >"$T/nb.log" 2>&1 &
+      b=$!
+    else
+      ip netns exec "$ns" python3 "$JOIN" vb >"$T/na.log" 2>&1 &
+      a=$!
+      ip netns exec "$ns" python3 "$JOIN" va >"$T/nb.log" 2>&1 &
+      b=$!
+    fi
+    wait_for "$T/na.log" "joined\|refused"
+    wait_for "$T/nb.log" "joined\|refused"
+    grep -q refused "$T/na.log" "$T/nb.log" && n=$((n + 1))
+    kill "$a" "$b" 2>/dev/null
+    wait "$a" "$b" 2>/dev/null
+  done
+  echo "$n"
+}
+n_without=$(pairs without)
+n_with=$(pairs with)
+if [ "$n_with" -eq 0 ]; then
+  ok "back-to-back pairs: $n_without of 10 clashed without afpacket-run, $n_with of 10 through it"
+else
+  bad "back-to-back pairs through afpacket-run: $n_with of 10 clashed ($n_without of 10 without it)"
+fi
+
+# 6. Real DPDK nodes (droce-perf servers: they probe net_af_packet, then wait for a client).
 if [ -n "$perf" ]; then
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
   pids=()
