@@ -33,7 +33,10 @@
 # fd count follows the clients under load, so only idle samples judge it);
 # under load the maximum RSS and hugepage use of the second half may exceed
 # the first half's by at most the same tolerance; no client, QP or MR left at
-# any checkpoint; every run that was not killed passed; no droced died.
+# any checkpoint; no run saw corrupted data (the pingpongs' "invalid data");
+# at most 5% of the runs that were not killed failed (a pingpong whose peer
+# exits before the last ACK under loss ends in RETRY_EXC: they have no closing
+# handshake); no droced died.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(dirname "$here")
@@ -156,7 +159,10 @@ worker() {
     wait "$cp" 2>/dev/null; rb=$?
     wait "$sp" 2>/dev/null; ra=$?
     if [ -z "$outcome" ]; then
-      if [ $ra -eq 0 ] && [ $rb -eq 0 ] && ! grep -qi "fail\|error\|couldn't" "$T/w$w.a" "$T/w$w.b"; then
+      if grep -q "invalid data" "$T/w$w.a" "$T/w$w.b"; then
+        outcome=corrupt  # the pingpongs' -c check prints this and still exits 0
+        { echo "== worker $w run $i: $cmd: DATA CORRUPTED"; grep -h "invalid data" "$T/w$w.a" "$T/w$w.b" | head -n 3; } >>"$T/failures.txt"
+      elif [ $ra -eq 0 ] && [ $rb -eq 0 ] && ! grep -qi "fail\|error\|couldn't" "$T/w$w.a" "$T/w$w.b"; then
         outcome=pass
       else
         outcome=fail
@@ -294,9 +300,15 @@ for kind, c in sorted(by.items()):
     print(f"runs {kind}: " + ", ".join(f"{o} {n}" for o, n in sorted(c.items())))
 fails = sum(c.get("fail", 0) for c in by.values())
 passes = sum(c.get("pass", 0) for c in by.values())
-if fails or not passes:
-    print(f"FAIL {fails} runs that were not killed failed, {passes} passed")
+corrupt = sum(c.get("corrupt", 0) for c in by.values())
+# A pingpong under loss can end in RETRY_EXC when its peer exits before the
+# last ACK arrives (ibv_*_pingpong have no closing handshake): a few failed
+# runs are expected; many mean something broke.
+if corrupt or not passes or fails > 0.05 * (fails + passes):
+    print(f"FAIL {corrupt} runs with corrupted data, {fails} runs that were not killed failed, {passes} passed")
     ok = False
+else:
+    print(f"ok   {passes} runs passed, {fails} not killed failed (at most 5%), none with corrupted data")
 if dead:
     print("FAIL a droced died")
 print("soak: " + ("passed" if ok else "FAILED"))
