@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every droce test on this machine (Debian 12, as root): installs what is
 # missing, reserves hugepages, builds release and sanitizer (ASan+UBSan) builds,
-# runs the unit/protocol/golden suites in both, the parser fuzzer for a bounded
+# runs the unit/protocol/golden suites in both, the parser and engine fuzzers for a bounded
 # time, the integration suites, and the interop CI subset against Linux Soft-RoCE
 # in QEMU guests (scripts/interop.sh --ci with the in-tree harness
 # test/interop/rxe-peer, whose setup this script runs first: QEMU, guest kernel,
@@ -71,7 +71,7 @@ run_meson_tests "release" build --buildtype=release
 if [ $quick -eq 0 ]; then
   run_meson_tests "sanitizers" build-san --buildtype=debug -Db_sanitize=address,undefined -Db_lundef=false
   echo "== fuzzing"
-  if bash "$here/fuzz.sh" "${DROCE_FUZZ_SECONDS:-60}"; then add "fuzz (parser)" 1 0; else add "fuzz (parser)" 0 1; fi
+  if bash "$here/fuzz.sh" "${DROCE_FUZZ_SECONDS:-60}"; then add "fuzz (parser, engine)" 1 0; else add "fuzz (parser, engine)" 0 1; fi
 fi
 
 # Interoperability with Linux Soft-RoCE in QEMU guests (CI subset, scripts/interop.sh):

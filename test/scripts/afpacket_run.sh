@@ -151,7 +151,40 @@ else
 fi
 kill "$pe" 2>/dev/null
 
-# 5. Real DPDK nodes (droce-perf servers: they probe net_af_packet, then wait for a client).
+# 5. Two nodes started back to back (no fork between them: consecutive pids, so
+# for ifindex 2 and 3 they clash whenever the first pid is even): 10 pairs
+# without the launcher (counted, shown), 10 through it (none may clash).
+pairs() {  # pairs with|without: prints how many of 10 pairs had a refusal
+  local n=0 a b
+  for _ in $(seq 1 10); do
+    if [ "$1" = with ]; then
+      ip netns exec "$ns" "$RUN" vb python3 "$JOIN" vb >"$T/na.log" 2>&1 &
+      a=$!
+      ip netns exec "$ns" "$RUN" va python3 "$JOIN" va >"$T/nb.log" 2>&1 &
+      b=$!
+    else
+      ip netns exec "$ns" python3 "$JOIN" vb >"$T/na.log" 2>&1 &
+      a=$!
+      ip netns exec "$ns" python3 "$JOIN" va >"$T/nb.log" 2>&1 &
+      b=$!
+    fi
+    wait_for "$T/na.log" "joined\|refused"
+    wait_for "$T/nb.log" "joined\|refused"
+    grep -q refused "$T/na.log" "$T/nb.log" && n=$((n + 1))
+    kill "$a" "$b" 2>/dev/null
+    wait "$a" "$b" 2>/dev/null
+  done
+  echo "$n"
+}
+n_without=$(pairs without)
+n_with=$(pairs with)
+if [ "$n_with" -eq 0 ]; then
+  ok "back-to-back pairs: $n_without of 10 clashed without afpacket-run, $n_with of 10 through it"
+else
+  bad "back-to-back pairs through afpacket-run: $n_with of 10 clashed ($n_without of 10 without it)"
+fi
+
+# 6. Real DPDK nodes (droce-perf servers: they probe net_af_packet, then wait for a client).
 if [ -n "$perf" ]; then
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
   pids=()
