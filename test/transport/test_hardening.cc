@@ -387,30 +387,51 @@ TEST_CASE("hardening: a source MR deregistered during a send ends the WR with LO
 }
 
 TEST_CASE("hardening: atomics stay atomic when two engines serve one MR", "[hardening]") {
-  // Two engines (two cores' worth) each answer FETCH_ADD(+1) on the same 8 bytes,
-  // on two threads at once. Every add is counted: the final value is exact.
+  // The target word is shared: two engines (two cores' QPs) answer FETCH_ADD(+1)
+  // on it on two threads, while a third thread (the owning process) increments it
+  // with CPU atomics in a tight loop. Every add is counted: a read-modify-write
+  // that is not one atomic instruction loses some of them.
   alignas(64) static uint64_t word;
   word = 0;
   constexpr uint32_t kOps = 20000;
-  auto worker = [](int seed, std::atomic<uint32_t>* acked) {
+  std::atomic<int> ready{0};
+  std::atomic<int> engines_done{0};
+  auto engine = [&](std::atomic<uint32_t>* acked) {
     Dut d;
     uint32_t key = 0;
-    if (d.dut.eng->reg_mr(d.dut.pd, &word, 8, kAccessAll, &key) != 0) return;
-    for (uint32_t i = 0; i < kOps; ++i) {
-      auto h = d.hdr(wire::op::RC_FETCH_ADD, wire::psn_add(kRqPsn, i));
-      h.ext.atomic = {reinterpret_cast<uint64_t>(&word), key, 1, 0};
-      d.send(h);
+    const bool ok = d.dut.eng->reg_mr(d.dut.pd, &word, 8, kAccessAll, &key) == 0;
+    ready.fetch_add(1);
+    while (ready.load() < 3) std::this_thread::yield();
+    for (uint32_t i = 0; ok && i < kOps; i += 4) {
+      for (uint32_t k = 0; k < 4; ++k) {  // four at a time: max_dest_rd_atomic
+        auto h = d.hdr(wire::op::RC_FETCH_ADD, wire::psn_add(kRqPsn, i + k));
+        h.ext.atomic = {reinterpret_cast<uint64_t>(&word), key, 1, 0};
+        d.send(h);
+      }
       for (const auto& f : d.run(0, 2))
         if (f.v.h.bth.opcode == wire::op::RC_ATOMIC_ACKNOWLEDGE) acked->fetch_add(1);
     }
-    (void)seed;
+    engines_done.fetch_add(1);
+  };
+  uint64_t cpu_adds = 0;
+  auto owner = [&] {
+    ready.fetch_add(1);
+    while (ready.load() < 3) std::this_thread::yield();
+    std::atomic_ref<uint64_t> a(word);
+    while (engines_done.load(std::memory_order_relaxed) < 2) {
+      a.fetch_add(1);
+      ++cpu_adds;
+    }
   };
   std::atomic<uint32_t> acked{0};
-  std::thread t1(worker, 1, &acked), t2(worker, 2, &acked);
+  std::thread t1(engine, &acked), t2(engine, &acked), t3(owner);
   t1.join();
   t2.join();
+  t3.join();
+  INFO("CPU adds by the owner meanwhile: " << cpu_adds);
+  CHECK(cpu_adds > 0);
   CHECK(acked.load() == 2 * kOps);
-  CHECK(std::atomic_ref<uint64_t>(word).load() == 2 * kOps);
+  CHECK(std::atomic_ref<uint64_t>(word).load() == 2 * kOps + cpu_adds);
 }
 
 TEST_CASE("hardening: UC resynchronises only on the first packet of a message", "[hardening]") {
