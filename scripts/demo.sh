@@ -71,7 +71,9 @@ socket = "$tmp/droced.sock"
 [shim]
 socket = "$tmp/verbs.sock"
 EOF2
-ip netns exec "$ns" timeout -k 5 120 "$B/app/droced/droced" --config "$tmp/node.toml" >"$tmp/droced.log" 2>&1 &
+# afpacket-run: a process id whose af_packet fanout group id no other node here uses (see it).
+AFP_RUN=$here/afpacket-run
+ip netns exec "$ns" timeout -k 5 120 "$AFP_RUN" vd "$B/app/droced/droced" --config "$tmp/node.toml" >"$tmp/droced.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 1 100); do [ -S "$tmp/droced.sock" ] && break; sleep 0.1; done
 ip netns exec "$ns" ping -c 3 -i 0.2 -W 2 10.30.0.2 | sed 's/^/   /'
@@ -98,14 +100,14 @@ port=18515
 perf() {  # perf TEST ARGS...: server on vb, client on va, both in the namespace
   port=$((port + 1))
   : >"$tmp/server.log"  # emptied before the background start: the wait below must not see the last run's log
-  ip netns exec "$ns" timeout -k 5 90 "$B/app/droce-perf/droce-perf" "$@" -p "$port" \
+  ip netns exec "$ns" timeout -k 5 90 "$AFP_RUN" vb "$B/app/droce-perf/droce-perf" "$@" -p "$port" \
     --device net_af_packet0,iface=vb --ip 10.20.0.2 --mac 02:00:0a:14:00:02 --qp-timeout 12 \
     -- --lcores=0@1 "${EAL[@]}" >"$tmp/server.log" 2>&1 &
   local spid=$!
   for _ in $(seq 1 100); do grep -q 'waiting for the client' "$tmp/server.log" 2>/dev/null && break; sleep 0.1; done
   echo
   echo "== droce-perf $*"
-  ip netns exec "$ns" timeout -k 5 90 "$B/app/droce-perf/droce-perf" "$@" 127.0.0.1 -p "$port" \
+  ip netns exec "$ns" timeout -k 5 90 "$AFP_RUN" va "$B/app/droce-perf/droce-perf" "$@" 127.0.0.1 -p "$port" \
     --device net_af_packet1,iface=va --ip 10.20.0.1 --mac 02:00:0a:14:00:01 --qp-timeout 12 --report_gbits \
     -- --lcores=0@0 "${EAL[@]}" 2>&1 | grep -v TELEMETRY | sed 's/^/   /'
   wait "$spid"

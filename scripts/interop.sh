@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Interoperability of droce with Linux Soft-RoCE (rdma_rxe) in QEMU guests,
-# through the harness in ../shared/rxe-peer (README there).
+# through the project's harness in test/interop/rxe-peer (README there).
 #
 # droce side: droced (config/interop-rxe.toml, -4096 for path MTU 4096) on
 # net_af_packet bound to the harness's veth dpdk0 in its namespace; Debian's
@@ -27,9 +27,12 @@
 #             15 minutes under TCG
 #     --full  the whole matrix: sizes 2 B..8 MiB (-a) where the tool has it, else
 #             2 B/4 KiB/64 KiB/1 MiB, UC/UD perftest, loss on both sides, MTU 1024 and 4096
-# Exit status: 0 all passed, 1 a run failed, 77 skipped (no harness / QEMU / root /
-# the guest cannot boot): scripts/test.sh counts 77 as skipped, never as passed.
-# Environment: RXEPEER (path of the rxepeer CLI), RXEPEER_NS (namespace, default rxepeer),
+# Exit status: 0 all passed, 1 a run failed or the suite could not run (harness not set
+# up, QEMU missing, the guest does not boot: scripts/test.sh installs and sets up all of
+# it first, so on a Debian 12 machine that is a failure), 77 skipped only when this is
+# not root (namespaces, QEMU): scripts/test.sh counts 77 as skipped, never as passed.
+# Set up by hand with: scripts/setup.sh --interop (or test/interop/rxe-peer/rxepeer setup).
+# Environment: RXEPEER (path of the rxepeer CLI, default the in-tree harness), RXEPEER_NS (namespace, default rxepeer),
 #   INTEROP_OUT (captures, default build/interop), INTEROP_ONLY (a glob: run only the
 #   matching tests, e.g. 'write_*'), INTEROP_MTU (only runs at this MTU), INTEROP_SKIP (a glob
 #   on TEST:MTU:LOSS:SIZE, extglob allowed: skip those runs, e.g. '@(*_lat:*:0:all|srq_pingpong:*)').
@@ -58,14 +61,16 @@ skip() {
   echo "################################################################" >&2
   exit $SKIP
 }
+# cannot_run REASON: the suite should run here and cannot: a failure, not a skip.
+cannot_run() {
+  echo "################################################################" >&2
+  echo "## interop: FAILED: cannot run: $*" >&2
+  echo "## (scripts/setup.sh --interop installs and sets up what it needs)" >&2
+  echo "################################################################" >&2
+  exit 1
+}
 
-# The harness sits beside the clone (CI: shared/ next to it); a worktree under wt/ looks one level up.
-if [ -z "${RXEPEER:-}" ]; then
-  for c in "$root/../shared/rxe-peer/rxepeer" "$root/../../shared/rxe-peer/rxepeer"; do
-    [ -x "$c" ] && { RXEPEER=$(cd "$(dirname "$c")" && pwd)/rxepeer; break; }
-  done
-  RXEPEER=${RXEPEER:-$root/../shared/rxe-peer/rxepeer}
-fi
+RXEPEER=${RXEPEER:-$root/test/interop/rxe-peer/rxepeer}
 NS=${RXEPEER_NS:-rxepeer}
 export RXEPEER_NS=$NS
 IFACE=dpdk0  # config/interop-rxe*.toml bind it
@@ -74,6 +79,7 @@ TOOL=$root/build/app/droce-interop/droce-interop
 DUMPTOOL=$root/build/app/droce-dump/droce-dump
 DROCED=$root/build/app/droced/droced
 CTL=$root/build/app/droce-ctl/droce-ctl
+AFP_RUN=$here/afpacket-run  # a process id whose af_packet fanout group id is free in the namespace
 SHIMLIB=$root/build/lib/shim/front
 CTL_SOCK=/run/droce/interop-ctl.sock      # as in config/interop-rxe*.toml
 VERBS_SOCK=/run/droce/interop-verbs.sock
@@ -84,12 +90,12 @@ G1_IP=10.77.0.1
 BR_IP=10.77.0.254  # the harness's bridge address: kernel TCP of this namespace for the exchanges
 
 [ "$(id -u)" -eq 0 ] || skip "needs root (network namespaces, QEMU)"
-[ -x "$RXEPEER" ] || skip "the rxe-peer harness is not at $RXEPEER"
-command -v qemu-system-x86_64 >/dev/null || skip "qemu-system-x86_64 is not installed"
-command -v tshark >/dev/null || skip "tshark is not installed"
-[ -f "${RXEPEER_WORK:-/var/tmp/rxe-peer}/setup.env" ] || skip "the harness is not set up (run: $RXEPEER setup)"
+[ -x "$RXEPEER" ] || cannot_run "the rxe-peer harness is not at $RXEPEER"
+command -v qemu-system-x86_64 >/dev/null || cannot_run "qemu-system-x86_64 is not installed"
+command -v tshark >/dev/null || cannot_run "tshark is not installed"
+[ -f "${RXEPEER_WORK:-/var/tmp/rxe-peer}/setup.env" ] || cannot_run "the harness is not set up (run: $RXEPEER setup)"
 command -v ibv_rc_pingpong >/dev/null && command -v ib_write_bw >/dev/null ||
-  skip "ibverbs-utils / perftest are not installed on the host"
+  cannot_run "ibverbs-utils / perftest are not installed on the host"
 for b in "$TOOL" "$DUMPTOOL" "$DROCED" "$CTL" "$SHIMLIB/libibverbs.so.1"; do
   if [ ! -e "$b" ]; then
     [ -f "$root/build/build.ninja" ] && timeout 1800 ninja -C "$root/build" -j2 app/droce-interop/droce-interop app/droce-dump/droce-dump \
@@ -126,7 +132,7 @@ start_droced() {
   [ "$mtu" -gt 1500 ] && cfg=$root/config/interop-rxe-4096.toml
   stop_droced
   mkdir -p /run/droce
-  ip netns exec "$NS" timeout -k 5 14400 "$DROCED" --config "$cfg" >>"$log" 2>&1 &
+  ip netns exec "$NS" timeout -k 5 14400 "$AFP_RUN" "$IFACE" "$DROCED" --config "$cfg" >>"$log" 2>&1 &
   DROCED_PID=$!
   DROCED_MTU=$mtu
   for i in $(seq 1 200); do
@@ -167,7 +173,7 @@ boot_guest() {
       echo "interop: guest $name could not be rebooted after ${#ROWS[@]} runs (see $OUT/boot-$name.log)" >&2
       exit 1
     fi
-    skip "guest $name could not boot (see $OUT/boot-$name.log)"
+    cannot_run "guest $name could not boot (see $OUT/boot-$name.log)"
   fi
   guests+=("$name")
   grep -E "RXEPEER_(GID|ACTIVE_MTU|KERNEL|ACCEL|UPTIME)" "$OUT/boot-$name.log" | sed 's/^/   /'
@@ -437,13 +443,13 @@ run_embed() {
     local job
     job=$(rx 30 exec "$G1" --bg --timeout "$tmo" -- "$bin" "${gargs[@]}")
     sleep 1
-    ip netns exec "$NS" timeout -k 5 "$tmo" "$TOOL" "$test" "$G1_IP" --device "$dev" --ip "$DROCE_IP" \
+    ip netns exec "$NS" timeout -k 5 "$tmo" "$AFP_RUN" "$IFACE" "$TOOL" "$test" "$G1_IP" --device "$dev" --ip "$DROCE_IP" \
       --timeout "$((tmo - 5))" "${dargs[@]}" >"$dlog" 2>&1
     drc=$?
     rx $((tmo + 30)) wait "$G1" "$job" --timeout "$((tmo + 10))" >"$glog" 2>&1
     grc=$?
   else
-    ip netns exec "$NS" timeout -k 5 "$tmo" "$TOOL" "$test" --device "$dev" --ip "$DROCE_IP" \
+    ip netns exec "$NS" timeout -k 5 "$tmo" "$AFP_RUN" "$IFACE" "$TOOL" "$test" --device "$dev" --ip "$DROCE_IP" \
       --timeout "$((tmo - 5))" "${dargs[@]}" >"$dlog" 2>&1 &
     DROCE_PID=$!
     local i

@@ -3,6 +3,7 @@
 # DPDK's own dpdk-hugepages.py and configures the builds. Sourced by demo.sh and
 # test.sh; safe to run by itself. Sourcing it leaves the caller's shell
 # options alone: test.sh must go on (and print its totals) after a failing suite.
+#   scripts/setup.sh [--interop]   --interop: also what the rxe interop suite needs
 
 DROCE_PACKAGES=(
   meson ninja-build pkg-config g++ clang libclang-rt-14-dev python3
@@ -24,6 +25,16 @@ droce_install_packages() {
     apt-get update -qq
     apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
   fi
+}
+
+# droce_install_interop: what scripts/interop.sh needs, through the in-tree
+# harness's own setup (test/interop/rxe-peer): QEMU (qemu-system-x86), busybox,
+# the RDMA user space the guests share, tshark (apt-get, idempotent), Debian's
+# guest kernel (apt-get download, unpacked under /var/tmp/rxe-peer, never
+# installed) and the guests' initramfs. Cached: a second run takes a second;
+# the first ~20 s plus the downloads. Needs root.
+droce_install_interop() {
+  "$DROCE_ROOT/test/interop/rxe-peer/rxepeer" setup
 }
 
 droce_hugepages() {
@@ -51,6 +62,7 @@ DROCE_ROOT=${DROCE_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
 if [ "${BASH_SOURCE[0]}" = "$0" ]; then
   set -euo pipefail
   droce_install_packages
+  [ "${1:-}" = "--interop" ] && droce_install_interop
   droce_hugepages
   droce_build build --buildtype=release
 fi

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Runs every droce test on this machine (Debian 12, as root): installs what is
 # missing, reserves hugepages, builds release and sanitizer (ASan+UBSan) builds,
-# runs the unit/protocol/golden suites in both, the parser fuzzer for a bounded
+# runs the unit/protocol/golden suites in both, the parser and engine fuzzers for a bounded
 # time, the integration suites, and the interop CI subset against Linux Soft-RoCE
-# in QEMU guests (scripts/interop.sh --ci; counted as skipped when no guest can
-# run here, DROCE_SKIP_INTEROP=1 skips it). Ends with one line: "N passed, N failed".
+# in QEMU guests (scripts/interop.sh --ci with the in-tree harness
+# test/interop/rxe-peer, whose setup this script runs first: QEMU, guest kernel,
+# initramfs). Interop that cannot run counts as failed; only a run without root
+# counts as skipped (DROCE_SKIP_INTEROP=1 skips it on purpose). Ends with one
+# line: "N passed, N failed".
 #   scripts/test.sh [--quick]     --quick: release build only, no fuzzing
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -68,17 +71,25 @@ run_meson_tests "release" build --buildtype=release
 if [ $quick -eq 0 ]; then
   run_meson_tests "sanitizers" build-san --buildtype=debug -Db_sanitize=address,undefined -Db_lundef=false
   echo "== fuzzing"
-  if bash "$here/fuzz.sh" "${DROCE_FUZZ_SECONDS:-60}"; then add "fuzz (parser)" 1 0; else add "fuzz (parser)" 0 1; fi
+  if bash "$here/fuzz.sh" "${DROCE_FUZZ_SECONDS:-60}"; then add "fuzz (parser, engine)" 1 0; else add "fuzz (parser, engine)" 0 1; fi
 fi
 
 # Interoperability with Linux Soft-RoCE in QEMU guests (CI subset, scripts/interop.sh):
-# exit 77 = no guest could run here, counted as skipped (never as passed).
+# the harness's setup first (installs QEMU and what the guests need, fetches the guest
+# kernel, builds the initramfs; cached). Exit 77 = not root, counted as skipped (never
+# as passed); a harness that cannot be set up or a guest that cannot boot is a failure.
 echo "== interop (rxe guest, CI subset)"
 if [ "${DROCE_SKIP_INTEROP:-0}" = 1 ]; then
   irc=77
   echo "== interop: SKIPPED (DROCE_SKIP_INTEROP=1)"
 else
-  timeout -k 30 1200 bash "$here/interop.sh" --ci
+  if [ "$(id -u)" -eq 0 ]; then
+    echo "== interop: setting up the harness (test/interop/rxe-peer/rxepeer setup)"
+    # A failed setup shows in interop.sh's own checks (counted as failed there).
+    timeout -k 30 1200 bash -c "source '$here/setup.sh' && droce_install_interop" ||
+      echo "== interop: harness setup failed (see above)"
+  fi
+  timeout -k 30 1500 bash "$here/interop.sh" --ci
   irc=$?
 fi
 case $irc in

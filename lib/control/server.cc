@@ -27,6 +27,9 @@ constexpr size_t kReadChunk = 16384;
 // Stop answering a connection's further requests while this much output waits
 // for a client that does not read: memory per connection stays bounded.
 constexpr size_t kOutHighWater = 1 << 20;
+// A connection's buffers keep at most this much capacity once drained: a burst
+// of large answers does not stay allocated for the life of the connection.
+constexpr size_t kKeepCapacity = 64 << 10;
 
 std::string errstr(int e) { return std::strerror(e); }
 
@@ -194,6 +197,7 @@ void Server::stop() {
   for (auto& [fd, c] : conns_) close(fd);
   conns_.clear();
   nclients_.store(0, std::memory_order_relaxed);
+  buffered_.store(0, std::memory_order_relaxed);
   close(listen_fd_);
   close(wake_fd_);
   listen_fd_ = wake_fd_ = -1;
@@ -329,6 +333,7 @@ void Server::process_input(Conn& c) {
       c.out += '\n';
     }
     c.in.erase(0, std::min(nl + 1, c.in.size()));
+    if (c.in.empty() && c.in.capacity() > kKeepCapacity) std::string().swap(c.in);
   }
 }
 
@@ -368,6 +373,7 @@ bool Server::on_writable(Conn& c) {
   }
   c.out.clear();
   c.out_off = 0;
+  if (c.out.capacity() > kKeepCapacity) std::string().swap(c.out);
   // Output drained: answer requests that waited for it.
   process_input(c);
   return true;
@@ -434,6 +440,9 @@ void Server::run() {
     }
     nclients_.store(conns_.size(), std::memory_order_relaxed);
     if (fds[1].revents & POLLIN) accept_all();
+    size_t held = 0;
+    for (const auto& [fd, cp] : conns_) held += cp->in.capacity() + cp->out.capacity();
+    buffered_.store(held, std::memory_order_relaxed);
   }
 }
 

@@ -67,6 +67,11 @@ class Server {
   // Written by the control thread only; read by anyone (relaxed).
   const stats::CounterBlock<ControlCounter>& counters() const { return counters_; }
   size_t clients() const { return nclients_.load(std::memory_order_relaxed); }
+  // Bytes the control thread holds for its connections (the capacity of every
+  // connection's input and output buffers), as of its last poll round. Bounded
+  // by max_clients x (max_request + a read chunk + the output high-water mark +
+  // one answer), whatever the clients send or fail to read.
+  size_t buffered_bytes() const { return buffered_.load(std::memory_order_relaxed); }
 
   // Handles one request line as the control thread would: returns the answer
   // line (without '\n'). Exposed for tests and for in-process callers.
@@ -96,6 +101,7 @@ class Server {
   std::thread thread_;
   std::map<int, std::unique_ptr<Conn>> conns_;  // control thread only
   std::atomic<size_t> nclients_{0};
+  std::atomic<size_t> buffered_{0};
   stats::CounterBlock<ControlCounter> counters_;
 };
 

@@ -20,7 +20,8 @@ constexpr const char* kCtrNames[] = {
     "ghost_response",    "uc_msg_dropped",     "ud_qkey_drop",      "ud_no_recv_drop",
     "ud_len_drop",       "ce_received",        "cnp_sent",          "cnp_suppressed",
     "cnp_received",      "cq_overrun",        "tx_zero_copy",      "tx_copied",         "ack_lost_on_destroy",
-    "window_cuts",       "resp_mr_gone",       "rx_bad_src_addr",
+    "window_cuts",       "rx_bad_rkey",        "rx_bad_va",         "rx_bad_length",
+    "resp_mr_gone",      "rx_bad_src_addr",
 };
 static_assert(std::size(kCtrNames) == static_cast<size_t>(Ctr::kCount));
 }  // namespace

@@ -65,6 +65,9 @@ enum class Ctr : uint16_t {
   TxCopied,      // payload packets whose payload was copied into the TX buffer
   AckLostOnDestroy,  // a QP destroyed with its ACK/NAK still unsent (TX full throughout)
   WindowCuts,        // RC congestion window reductions (ACK timeout, NAK sequence error, lost response)
+  RxBadRkey,    // RC/UC request refused: R_Key unknown, invalidated, of another PD, or lacking the access right
+  RxBadVa,      // RC/UC request refused: VA/length outside the MR, misaligned atomic
+  RxBadLength,  // RC/UC request refused: payload length does not fit the opcode, the MTU, the RETH or the receive
   RespMrGone,        // an MR deregistered while a WRITE was arriving or a READ was being answered (NAK, QP to error)
   RxBadSrcAddr,      // RC/UC packet from another address than the QP's remote one, or to another of ours
   kCount

@@ -124,7 +124,7 @@ RespSt check_op_seq(Ctx& c) noexcept {
   return c.rc ? RespSt::ErrInvReq : RespSt::DropMsg;
 }
 
-RespSt check_length(Ctx& c) noexcept {
+RespSt check_length_of(Ctx& c) noexcept {
   const uint32_t mtu = c.q.mtu;
   const uint32_t plen = c.pkt.payload_len;
   const uint32_t f = c.op.flags;
@@ -140,6 +140,13 @@ RespSt check_length(Ctx& c) noexcept {
   }
   if ((f & wire::kOpRead) && c.pkt.h.ext.reth.len > verbs::kMaxMsgSize) return RespSt::ErrInvReq;
   return RespSt::CheckResource;
+}
+
+// Counted where the length is found wrong (RC: NAK, UC: message dropped).
+RespSt check_length(Ctx& c) noexcept {
+  const RespSt st = check_length_of(c);
+  if (st == RespSt::ErrInvReq) c.e.count(Ctr::RxBadLength);
+  return st;
 }
 
 RespSt check_resource(Ctx& c) noexcept {
@@ -161,33 +168,49 @@ RespSt check_resource(Ctx& c) noexcept {
   return RespSt::CheckRkey;
 }
 
-RespSt check_rkey(Ctx& c) noexcept {
+RespSt check_rkey_of(Ctx& c, verbs::MrError& err) noexcept {
   Qp& q = c.q;
   const uint32_t f = c.op.flags;
   const auto& x = c.pkt.h.ext;
   if ((f & wire::kOpWrite) && c.op.is_first()) {
     if (!(q.attr.qp_access_flags & verbs::kAccessRemoteWrite)) return RespSt::ErrRemAccess;
     if (x.reth.len == 0) return RespSt::Execute;  // zero-length: no key check (IBTA 9.4)
-    c.host = c.e.mrs().lookup(x.reth.rkey, q.pd, x.reth.va, x.reth.len, verbs::kAccessRemoteWrite, nullptr);
+    c.host = c.e.mrs().lookup(x.reth.rkey, q.pd, x.reth.va, x.reth.len, verbs::kAccessRemoteWrite, &err);
     return c.host ? RespSt::Execute : RespSt::ErrRemAccess;
   }
   if (f & wire::kOpRead) {
     if (!(q.attr.qp_access_flags & verbs::kAccessRemoteRead)) return RespSt::ErrRemAccess;
     if (x.reth.len == 0) return RespSt::Execute;
-    c.host = c.e.mrs().lookup(x.reth.rkey, q.pd, x.reth.va, x.reth.len, verbs::kAccessRemoteRead, nullptr, &c.dma);
+    c.host = c.e.mrs().lookup(x.reth.rkey, q.pd, x.reth.va, x.reth.len, verbs::kAccessRemoteRead, &err, &c.dma);
     return c.host ? RespSt::Execute : RespSt::ErrRemAccess;
   }
   if (f & wire::kOpAtomic) {
-    if (x.atomic.va & 7) return RespSt::ErrInvReq;  // misaligned atomic (IBTA 9.4)
+    if (x.atomic.va & 7) {  // misaligned atomic (IBTA 9.4)
+      err = verbs::MrError::OutOfBounds;
+      return RespSt::ErrInvReq;
+    }
     if (!(q.attr.qp_access_flags & verbs::kAccessRemoteAtomic)) return RespSt::ErrRemAccess;
-    c.host = c.e.mrs().lookup(x.atomic.rkey, q.pd, x.atomic.va, 8, verbs::kAccessRemoteAtomic, nullptr);
+    c.host = c.e.mrs().lookup(x.atomic.rkey, q.pd, x.atomic.va, 8, verbs::kAccessRemoteAtomic, &err);
     if (!c.host) return RespSt::ErrRemAccess;
     // An MR registered with an iova of another alignment than its host address:
     // no atomic instruction can serve it (IBTA 9.4: invalid request).
-    if (reinterpret_cast<uintptr_t>(c.host) & 7) return RespSt::ErrInvReq;
+    if (reinterpret_cast<uintptr_t>(c.host) & 7) {
+      err = verbs::MrError::OutOfBounds;
+      return RespSt::ErrInvReq;
+    }
     return RespSt::Execute;
   }
   return RespSt::Execute;
+}
+
+// Counted by reason where the key check fails: a wrong key (or access) vs a
+// VA outside the MR.
+RespSt check_rkey(Ctx& c) noexcept {
+  verbs::MrError err = verbs::MrError::NoAccess;  // the QP's access flags refuse it
+  const RespSt st = check_rkey_of(c, err);
+  if (st == RespSt::ErrRemAccess || st == RespSt::ErrInvReq)
+    c.e.count(err == verbs::MrError::OutOfBounds ? Ctr::RxBadVa : Ctr::RxBadRkey);
+  return st;
 }
 
 void queue_resource(Qp& q, uint32_t idx) noexcept {
@@ -213,7 +236,10 @@ RespSt execute(Ctx& c) noexcept {
   const auto& x = c.pkt.h.ext;
   const uint32_t plen = c.pkt.payload_len;
   if (f & wire::kOpSend) {
-    if (r.recv_off + uint64_t{plen} > r.recv.length) return RespSt::ErrLength;
+    if (r.recv_off + uint64_t{plen} > r.recv.length) {
+      c.e.count(Ctr::RxBadLength);
+      return RespSt::ErrLength;
+    }
     if (!scatter(c.e.mrs(), q.pd, r.recv.sge, r.recv.num_sge, r.recv_off, c.pkt.payload(), plen))
       return RespSt::ErrRemOp;  // malformed receive WQE
     r.recv_off += plen;
@@ -228,7 +254,10 @@ RespSt execute(Ctx& c) noexcept {
       r.write_len = x.reth.len;
       r.write_off = 0;
     }
-    if (r.write_off + uint64_t{plen} > r.write_len) return RespSt::ErrInvReq;
+    if (r.write_off + uint64_t{plen} > r.write_len) {
+      c.e.count(Ctr::RxBadLength);
+      return RespSt::ErrInvReq;
+    }
     if (plen) {
       // FIRST/ONLY: checked in check_rkey; later packets: the key again (one O(1)
       // lookup), since the MR may have been deregistered since the FIRST.
@@ -244,7 +273,10 @@ RespSt execute(Ctx& c) noexcept {
     r.write_off += plen;
     r.in_msg = !c.op.is_last();
     r.in_write = r.in_msg;
-    if (c.op.is_last() && r.write_off != r.write_len) return RespSt::ErrInvReq;
+    if (c.op.is_last() && r.write_off != r.write_len) {
+      c.e.count(Ctr::RxBadLength);
+      return RespSt::ErrInvReq;
+    }
     return RespSt::Complete;
   }
   const uint32_t n = q.attr.max_dest_rd_atomic;

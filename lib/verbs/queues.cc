@@ -60,13 +60,6 @@ QpBase::QpBase(uint32_t qpn_, const QpInitAttr& init)
 
 namespace {
 
-enum : uint32_t {
-  RC = 1u << 0, UC = 1u << 1, UD = 1u << 2,
-};
-constexpr uint32_t type_bit(QpType t) noexcept {
-  return t == QpType::RC ? RC : t == QpType::UC ? UC : UD;
-}
-
 struct Rule {
   bool valid;
   uint32_t req[3];  // required attributes, by type RC, UC, UD

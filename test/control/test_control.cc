@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <grp.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -12,7 +13,9 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <memory>
 #include <random>
+#include <vector>
 #include <thread>
 
 #include "control/client.h"
@@ -250,20 +253,63 @@ TEST_CASE("half-closed and abandoned connections", "[control][hostile]") {
 TEST_CASE("a client that does not read cannot make the server hoard memory", "[control][hostile]") {
   Fixture f;
   Client c = f.client(5000);
-  // 12 answers of 400 KB each, well past the 1 MiB high-water mark, requested
-  // before reading any of them.
+  // 40 answers of 400 KB each (16 MB) requested before reading any of them: the
+  // server answers up to its 1 MiB output high-water mark and then waits for
+  // the client, so what it holds stays well under the 16 MB asked for.
+  constexpr int kAnswers = 40;
+  constexpr size_t kBound = 4u << 20;  // 1 MiB + one answer, with the string's growth slack
   std::string batch;
-  for (int i = 0; i < 12; ++i) batch += "{\"cmd\":\"big\",\"args\":{\"n\":400000},\"id\":" + std::to_string(i) + "}\n";
+  for (int i = 0; i < kAnswers; ++i) {
+    batch += "{\"cmd\":\"big\",\"args\":{\"n\":400000},\"id\":" + std::to_string(i) + "}\n";
+  }
   c.send_raw(batch);
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  // The server has filled its output up to the mark (and the socket buffer) and stopped.
+  REQUIRE(eventually([&] { return f.server->buffered_bytes() >= (1u << 20); }));
+  size_t peak = f.server->buffered_bytes();
+  INFO("held while the client does not read: " << peak << " bytes");
+  CHECK(peak <= kBound);
   // Meanwhile another client is served.
   Client other = f.client();
   CHECK(other.call("add", {{"a", 3}, {"b", 4}}) == 7);
-  for (int i = 0; i < 12; ++i) {
+  for (int i = 0; i < kAnswers; ++i) {
     json a = parse(c.read_line());
     REQUIRE(a["id"] == i);
     CHECK(a["result"].get<std::string>().size() == 400000);
+    peak = std::max(peak, f.server->buffered_bytes());
   }
+  CHECK(peak <= kBound);
+  // Once everything is read, the connection does not keep the burst's buffers.
+  CHECK(eventually([&] { return f.server->buffered_bytes() <= (256u << 10); }));
+  CHECK(f.server->clients() == 2);
+}
+
+TEST_CASE("partial requests from every allowed connection keep the server's buffers bounded", "[control][hostile]") {
+  constexpr size_t kMaxRequest = 65536;
+  constexpr size_t kClients = 16;
+  Fixture f([](ServerOptions& o) {
+    o.max_request = kMaxRequest;
+    o.max_clients = kClients;
+  });
+  // Just under the limit, no newline: the server must hold it, and nothing more.
+  const std::string partial = "{\"cmd\":\"echo\",\"args\":{\"s\":\"" + std::string(kMaxRequest - 40, 'p');
+  std::vector<std::unique_ptr<Client>> cs;
+  for (size_t i = 0; i < kClients; ++i) {
+    cs.push_back(std::make_unique<Client>(f.opt.path, 3000));
+    cs.back()->send_raw(partial);
+  }
+  const size_t sent = kClients * partial.size();
+  REQUIRE(eventually([&] { return f.server->buffered_bytes() >= sent; }));
+  // Per connection: the request so far plus one read chunk of slack, doubled for string growth.
+  CHECK(f.server->buffered_bytes() <= kClients * 2 * (kMaxRequest + 16384));
+  // One more byte than the limit, everywhere: each is refused and closed, and the memory is given back.
+  for (auto& c : cs) c->send_raw(std::string(100, 'p'));
+  for (auto& c : cs) {
+    json a = parse(c->read_line());
+    CHECK(a["error"] == "request too large (limit 65536 bytes)");
+    CHECK_FALSE(c->read_line().has_value());
+  }
+  CHECK(eventually([&] { return f.server->clients() == 0 && f.server->buffered_bytes() == 0; }));
+  CHECK(f.counter(ControlCounter::oversized) == kClients);
 }
 
 TEST_CASE("connection limit", "[control][hostile]") {
@@ -315,8 +361,13 @@ TEST_CASE("peer credentials are checked", "[control]") {
 namespace {
 // In a child running as uid/gid 65534 (nobody/nogroup): sends a request and
 // returns 0 when it was answered, 1 when refused with "permission denied",
-// 2 when it could not even connect, 3 on anything else.
-int request_as_nobody(const std::string& path) {
+// 2 when it could not even connect, 3 on anything else, 4 when the child was
+// killed by a signal (SIGPIPE: writing to a connection the server closed must
+// be an EPIPE error the client handles, never its death).
+// write_after_close: the child first waits (bounded) for the server to close
+// the connection and only then writes: the refusal always wins the race that
+// made this helper flaky when it used write() (SIGPIPE, status 4).
+int request_as_nobody(const std::string& path, bool write_after_close = false) {
   pid_t pid = fork();
   if (pid == 0) {
     // Only async-signal-safe calls from here on.
@@ -326,9 +377,14 @@ int request_as_nobody(const std::string& path) {
     a.sun_family = AF_UNIX;
     std::memcpy(a.sun_path, path.c_str(), path.size() + 1);
     if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) _exit(2);
+    if (write_after_close) {
+      // POLLHUP (always reported) once the server has closed its end; 2 s at most.
+      pollfd p{fd, POLLRDHUP, 0};
+      if (poll(&p, 1, 2000) != 1 || (p.revents & POLLHUP) == 0) _exit(3);
+    }
     const char req[] = "{\"cmd\":\"help\"}\n";
-    if (write(fd, req, sizeof req - 1) < 0) {
-      // The refusal may already have closed the connection; read it anyway.
+    if (send(fd, req, sizeof req - 1, MSG_NOSIGNAL) < 0) {
+      // The refusal may already have closed the connection (EPIPE); read it anyway.
     }
     char buf[512] = {};
     size_t got = 0;
@@ -362,6 +418,13 @@ TEST_CASE("default peer policy with real credentials (root only)", "[control]") 
     Server s(opt);
     s.start();
     CHECK(request_as_nobody(opt.path) == 1);
+    CHECK(s.counters().get(ControlCounter::rejected_peer) == 1);
+  }
+  SECTION("refused and closed before the client writes: it reads the refusal, no SIGPIPE") {
+    opt.mode = 0666;
+    Server s(opt);
+    s.start();
+    CHECK(request_as_nobody(opt.path, true) == 1);
     CHECK(s.counters().get(ControlCounter::rejected_peer) == 1);
   }
   SECTION("a member of the socket's group: served") {

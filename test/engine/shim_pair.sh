@@ -48,6 +48,7 @@ trap cleanup EXIT
 trap 'exit 1' INT TERM
 if ! ip netns add "$ns" 2>/dev/null; then echo "SKIP: cannot create network namespaces"; exit 77; fi
 in_ns() { ip netns exec "$ns" "$@"; }
+AFP_RUN=$(cd "$(dirname "$0")/../../scripts" && pwd)/afpacket-run
 ip -n "$ns" link set lo up
 ip -n "$ns" link add va type veth peer name vb
 for d in va vb; do
@@ -93,7 +94,9 @@ level = "info"
 EOF
   # Not through in_ns (a function: $! would be a subshell, and TERM would not
   # reach droced): ip netns exec execs timeout, which forwards TERM.
-  ip netns exec "$ns" timeout -k 5 900 "$DROCED" --config "$T/$n.toml" >"$T/$n.log" 2>&1 &
+  # scripts/afpacket-run: two af_packet processes in one namespace must not draw
+  # the same PACKET_FANOUT group id (DPDK: pid ^ ifindex; see that script).
+  ip netns exec "$ns" timeout -k 5 900 "$AFP_RUN" "$2" "$DROCED" --config "$T/$n.toml" >"$T/$n.log" 2>&1 &
   pids+=($!)
   local pid=$!
   for _ in $(seq 150); do

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <memory>
 #include <thread>
+#include <vector>
 
 #include "dpdk/eal.h"
 #include "dpdk/port.h"
@@ -227,10 +228,31 @@ TEST_CASE("dataplane: two running cores, an embedded peer, verbs across a net_ri
   CHECK(b.core_counters().sum(stats::CoreCounter::ring_dequeued) ==
         b.core_counters().sum(stats::CoreCounter::ring_enqueued));  // embedded: drained by poll_all
   // Counters and QP listing.
-  std::this_thread::sleep_for(std::chrono::milliseconds(5));  // one housekeeping pass
+  // The transport counters reach the registry in each core's housekeeping pass
+  // (~1 ms): wait until every running core of A has started two more passes
+  // (so one full pass ran after this point), 5 s at most.
+  {
+    auto& cc = a.core_counters();
+    std::vector<uint64_t> mark(cc.size());
+    for (size_t i = 0; i < cc.size(); ++i) mark[i] = cc[i].get(stats::CoreCounter::timer_runs);
+    auto passed = [&] {
+      for (size_t i = 0; i < cc.size(); ++i)
+        if (mark[i] != 0 && cc[i].get(stats::CoreCounter::timer_runs) < mark[i] + 2) return false;
+      return true;
+    };
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (!passed() && std::chrono::steady_clock::now() < give_up) std::this_thread::yield();
+    REQUIRE(passed());
+  }
   auto snap = reg.snapshot("transport");
   REQUIRE(snap.size() == 1);
   CHECK(snap[0].instances.size() == 2);
+  {
+    uint64_t total = 0;  // the transfers above are in A's transport counters
+    for (const auto& inst : snap[0].instances)
+      for (uint64_t v : inst.values) total += v;
+    CHECK(total > 0);
+  }
   CHECK(a.qps().size() == 4);
   CHECK(a.neighbours().size() >= 1);
 

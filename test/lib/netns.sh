@@ -1,4 +1,9 @@
 # Sourced by the namespace tests and benchmarks (bash).
+# AFP_RUN: scripts/afpacket-run, to put after `ip netns exec NS [timeout ...]`
+# in front of every process that opens a net_af_packet port: two such processes
+# in one namespace can otherwise draw the same PACKET_FANOUT group id (DPDK
+# 22.11 uses pid ^ ifindex) and the second one fails to start (see that script).
+AFP_RUN=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../scripts" && pwd)/afpacket-run
 # droce_veth_ns NS: a network namespace NS with its loopback up and a veth pair
 # va <-> vb, both up, IPv6 off on them (no router solicitations or DAD frames on
 # the ports DPDK owns). Returns 1 when the namespace cannot be created.
@@ -23,11 +28,11 @@ droce_perf_run() {
   local qp=""
   [ "$q" -gt 1 ] && qp=",qpairs=$q"
   : >"$tmp/s.log"  # emptied before the background start: the wait below must not see the last run's log
-  ip netns exec "$ns" timeout -k 5 $((secs + 30)) "$perf" "$@" -p "$port" --device "net_af_packet0,iface=vb$qp" \
+  ip netns exec "$ns" timeout -k 5 $((secs + 30)) "$AFP_RUN" vb "$perf" "$@" -p "$port" --device "net_af_packet0,iface=vb$qp" \
     --ip 10.50.0.2 --queues "$q" -- --lcores=0@1 "${EAL[@]}" >"$tmp/s.log" 2>&1 &
   local sp=$!
   for _ in $(seq 1 100); do grep -q 'waiting for the client' "$tmp/s.log" 2>/dev/null && break; sleep 0.1; done
-  ip netns exec "$ns" timeout -k 5 $((secs + 30)) "$perf" "$@" 127.0.0.1 -p "$port" --device "net_af_packet1,iface=va$qp" \
+  ip netns exec "$ns" timeout -k 5 $((secs + 30)) "$AFP_RUN" va "$perf" "$@" 127.0.0.1 -p "$port" --device "net_af_packet1,iface=va$qp" \
     --ip 10.50.0.1 --queues "$q" --report_gbits -- --lcores=0@0 "${EAL[@]}" >"$out" 2>&1 || true
   wait "$sp" || true
 }

@@ -82,7 +82,14 @@ TEST_CASE("setup: file sink, level filter, rate-limited call site", "[log]") {
   spdlog::info("an info line");
   spdlog::warn("a warn line");
   for (int i = 0; i < 100; ++i) log_bad_packet(i);
-  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  // The call site's one-second window started at or before this instant (the
+  // limiter's clock, droce::log::now_ns): wait until that clock is past it.
+  const uint64_t window_started_by = droce::log::now_ns();
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (droce::log::now_ns() - window_started_by < 1'000'000'000 && std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  REQUIRE(droce::log::now_ns() - window_started_by >= 1'000'000'000);
   log_bad_packet(1000);
   spdlog::default_logger()->flush();
   std::string text = read_file(file);

@@ -360,6 +360,11 @@ TEST_CASE("protocol: bad rkey gives NAK remote access error and QP error", "[pro
     CHECK(out[0].v.h.ext.aeth.syndrome == (wire::kAethNak | wire::kNakRemoteAccessError));
     CHECK(out[0].v.h.bth.psn == kRqPsn);
     CHECK(p.q().state == QpState::Err);
+    // Counted by reason: a VA outside the MR apart from a wrong key or right.
+    const bool va = c.kind == 1 || c.kind == 3;
+    CHECK(p.dut.eng->counter(Ctr::RxBadVa) == (va ? 1u : 0u));
+    CHECK(p.dut.eng->counter(Ctr::RxBadRkey) == (va ? 0u : 1u));
+    CHECK(p.dut.eng->counter(Ctr::RxBadLength) == 0);
   }
 }
 
@@ -373,6 +378,7 @@ TEST_CASE("protocol: unaligned atomic gives NAK invalid request", "[protocol]") 
   CHECK(out[0].v.h.ext.aeth.syndrome == (wire::kAethNak | wire::kNakInvalidRequest));
   CHECK(p.q().state == QpState::Err);
   CHECK(p.dut.eng->counter(Ctr::AtomicExecuted) == 0);
+  CHECK(p.dut.eng->counter(Ctr::RxBadVa) == 1);
 }
 
 TEST_CASE("protocol: SEND too long for the posted receive", "[protocol]") {
@@ -392,6 +398,24 @@ TEST_CASE("protocol: SEND too long for the posted receive", "[protocol]") {
   CHECK(wcs[1].wr_id == 6);
   CHECK(wcs[1].status == WcStatus::WrFlushErr);
   CHECK(p.q().state == QpState::Err);
+  CHECK(p.dut.eng->counter(Ctr::RxBadLength) == 1);
+}
+
+TEST_CASE("protocol: WRITE whose payload does not match its RETH length is counted", "[protocol]") {
+  for (const uint32_t reth_len : {63u, 65u}) {
+    INFO("RETH length " << reth_len << ", payload 64");
+    Proto p;
+    std::vector<uint8_t> data(64, 9);
+    auto w = p.hdr(wire::op::RC_WRITE_ONLY, kRqPsn);
+    w.ext.reth = {p.mem->addr(), p.mem->key, reth_len};
+    p.send(w, data);
+    auto out = p.run();
+    REQUIRE(out.size() == 1);
+    CHECK(out[0].v.h.ext.aeth.syndrome == (wire::kAethNak | wire::kNakInvalidRequest));
+    CHECK(p.q().state == QpState::Err);
+    CHECK(p.dut.eng->counter(Ctr::RxBadLength) == 1);
+    CHECK(p.dut.eng->counter(Ctr::RxBadRkey) == 0);
+  }
 }
 
 TEST_CASE("protocol: opcode sequence error gives NAK invalid request", "[protocol]") {
