@@ -20,12 +20,20 @@ ShimComponent::~ShimComponent() { stop(); }
 void ShimComponent::start() {
   engine::Dataplane* dp = dpc_.dataplane();
   if (!dp) throw std::runtime_error("shim: the dataplane is not running");
-  backend_ = std::make_unique<EngineShimBackend>(*dp, ctx_.cfg);
+  backend_ = std::make_unique<shim::EngineShimBackend>(*dp, ctx_.cfg);
   backend_->start();
   shim::ShimServerConfig sc;
   sc.socket_path = ctx_.cfg.shim.socket;
   sc.socket_mode = ctx_.cfg.shim.mode;
   sc.max_clients = ctx_.cfg.shim.max_clients;
+  const config::ShimConfig& q = ctx_.cfg.shim;
+  sc.max_qps_per_client = q.max_qps_per_client;
+  sc.max_cqs_per_client = q.max_cqs_per_client;
+  sc.max_srqs_per_client = q.max_srqs_per_client;
+  sc.max_mrs_per_client = q.max_mrs_per_client;
+  sc.max_ahs_per_client = q.max_ahs_per_client;
+  sc.max_mr_bytes_per_client = q.max_mr_mb_per_client << 20;
+  sc.resolve_timeout_ms = q.resolve_timeout_ms;
   server_ = std::make_unique<shim::ShimServer>(*backend_, sc);
   if (int rc = server_->listen()) {
     server_.reset();
@@ -57,7 +65,7 @@ json ShimComponent::status() const {
   json objs = json::object();
   for (int k = 0; k < static_cast<int>(shim::ObjKind::Count_); ++k)
     objs[shim::obj_kind_name(static_cast<shim::ObjKind>(k))] = s.objects[k];
-  const ShimBackendStats b = backend_->stats();
+  const shim::ShimBackendStats b = backend_->stats();
   return json{{"socket", server_->socket_path()},
               {"clients", s.clients},
               {"clients_total", s.clients_total},
@@ -66,6 +74,9 @@ json ShimComponent::status() const {
               {"dropped", s.dropped},
               {"objects", objs},
               {"mapped_bytes", s.mapped_bytes},
+              {"quota_refused", s.quota_refused},
+              {"parked", s.parked},
+              {"parked_now", s.parked_now},
               {"sq_wqes", b.sq_wqes},
               {"rq_wqes", b.rq_wqes},
               {"cqes", b.cqes},

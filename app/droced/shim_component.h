@@ -10,7 +10,7 @@
 #include "daemon.h"
 #include "dataplane_component.h"
 #include "shim/server.h"
-#include "shim_backend.h"
+#include "shim/engine/engine_backend.h"
 
 namespace droce::daemon {
 
@@ -27,7 +27,7 @@ class ShimComponent : public Component {
 
   DaemonContext& ctx_;
   DataplaneComponent& dpc_;
-  std::unique_ptr<EngineShimBackend> backend_;
+  std::unique_ptr<shim::EngineShimBackend> backend_;
   std::unique_ptr<shim::ShimServer> server_;
 };
 

@@ -421,6 +421,13 @@ void read_shim(Reader& r, ShimConfig& c) {
     c.mode = static_cast<uint32_t>(v);
   }
   r.integer_into("max_clients", c.max_clients, 1, 4096);
+  r.integer_into("max_qps_per_client", c.max_qps_per_client, 1, 1 << 20);
+  r.integer_into("max_cqs_per_client", c.max_cqs_per_client, 1, 1 << 20);
+  r.integer_into("max_srqs_per_client", c.max_srqs_per_client, 0, 1 << 20);
+  r.integer_into("max_mrs_per_client", c.max_mrs_per_client, 0, 1 << 20);
+  r.integer_into("max_ahs_per_client", c.max_ahs_per_client, 0, 1 << 20);
+  r.integer_into("max_mr_mb_per_client", c.max_mr_mb_per_client, 0, uint64_t{1} << 24);
+  r.integer_into("resolve_timeout_ms", c.resolve_timeout_ms, 10, 60000);
   r.finish();
 }
 

@@ -110,6 +110,17 @@ struct ShimConfig {
   std::string socket = "/run/droce/verbs.sock";
   uint32_t mode = 0660;
   uint32_t max_clients = 256;
+  // Per-client quotas (ShimServerConfig): beyond one, the create call fails
+  // with ENOMEM.
+  uint32_t max_qps_per_client = 256;
+  uint32_t max_cqs_per_client = 512;
+  uint32_t max_srqs_per_client = 64;
+  uint32_t max_mrs_per_client = 256;
+  uint32_t max_ahs_per_client = 512;
+  uint64_t max_mr_mb_per_client = 65536;  // registered memory, MiB
+  // Address resolution of a client's create_ah / modify_qp(RTR): given up
+  // (EHOSTUNREACH) after this long; other clients are served meanwhile.
+  uint32_t resolve_timeout_ms = 3000;
 };
 
 struct LogConfig {

@@ -855,38 +855,48 @@ std::vector<NeighInfo> Dataplane::neighbours() {
   return out;
 }
 
-bool Dataplane::resolve(uint32_t p, const wire::Gid& ip, wire::MacAddr& mac, Ms timeout) {
-  if (p >= ports_.size()) return false;
+Dataplane::ResolveStep Dataplane::resolve_step(uint32_t p, const wire::Gid& ip, wire::MacAddr& mac) {
+  if (p >= ports_.size()) return ResolveStep::Failed;
   struct St {
-    netstack::NetStack::Resolve r = netstack::NetStack::Resolve::Pending;
+    netstack::NetStack::Resolve r = netstack::NetStack::Resolve::Failed;
     wire::MacAddr mac{};
   };
+  auto st = std::make_shared<St>();
+  const bool ran = run_on(ports_[p].cores[0], [this, p, ip, st](CoreLoop&) {
+    DemuxIo& d = *ports_[p].demux[0];
+    io::PktBuf* b = nullptr;
+    if (d.queue().alloc_burst(&b, 1) != 1) {
+      st->r = netstack::NetStack::Resolve::Pending;  // no buffer now: ask again later
+      return;
+    }
+    uint32_t len = 0;
+    st->r = ports_[p].stack->resolve(ip, clock_.now_ns(), st->mac, {b->data, b->cap}, len);
+    if (len) {
+      b->len = len;
+      d.send_host(b);
+    } else {
+      d.queue().free_burst(&b, 1);
+    }
+  });
+  if (!ran) return ResolveStep::Failed;
+  using R = netstack::NetStack::Resolve;
+  if (st->r == R::Ready || st->r == R::ReadyProbe) {
+    mac = st->mac;
+    return ResolveStep::Ready;
+  }
+  // Failed: the cache holds the failure for a while, then asks again; the
+  // caller keeps trying until its own deadline (links that come up late, lost frames).
+  return ResolveStep::Pending;
+}
+
+bool Dataplane::resolve(uint32_t p, const wire::Gid& ip, wire::MacAddr& mac, Ms timeout) {
+  if (p >= ports_.size()) return false;
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   auto next_try = std::chrono::steady_clock::now();
   while (std::chrono::steady_clock::now() < deadline) {
     if (std::chrono::steady_clock::now() >= next_try) {
       next_try = std::chrono::steady_clock::now() + Ms(2);
-      auto st = std::make_shared<St>();
-      run_on(ports_[p].cores[0], [this, p, ip, st](CoreLoop&) {
-        DemuxIo& d = *ports_[p].demux[0];
-        io::PktBuf* b = nullptr;
-        if (d.queue().alloc_burst(&b, 1) != 1) return;
-        uint32_t len = 0;
-        st->r = ports_[p].stack->resolve(ip, clock_.now_ns(), st->mac, {b->data, b->cap}, len);
-        if (len) {
-          b->len = len;
-          d.send_host(b);
-        } else {
-          d.queue().free_burst(&b, 1);
-        }
-      });
-      using R = netstack::NetStack::Resolve;
-      if (st->r == R::Ready || st->r == R::ReadyProbe) {
-        mac = st->mac;
-        return true;
-      }
-      // Failed: the cache holds the failure for a while, then asks again; keep
-      // trying until our own deadline (links that come up late, lost frames).
+      if (resolve_step(p, ip, mac) == ResolveStep::Ready) return true;
     }
     if (running_) {
       std::this_thread::sleep_for(std::chrono::microseconds(200));

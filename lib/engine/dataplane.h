@@ -269,6 +269,12 @@ class Dataplane {
   // Resolves a peer's MAC through the port's NetStack (ARP / ND), waiting up
   // to timeout (polling the loops itself in embedded mode). False on failure.
   bool resolve(uint32_t p, const wire::Gid& ip, wire::MacAddr& mac, Ms timeout = Ms(3000));
+  // One non-blocking step of the same: asks the port's home core once (sends
+  // the ARP request / NS when one is due) and returns at once. Ready (mac
+  // written), Pending (asked, no answer yet: call again later) or Failed (no
+  // such port, or the core did not answer).
+  enum class ResolveStep : uint8_t { Ready, Pending, Failed };
+  ResolveStep resolve_step(uint32_t p, const wire::Gid& ip, wire::MacAddr& mac);
 
   stats::PerCore<stats::PortCounter>& port_counters(uint32_t p) { return *ports_.at(p).counters; }
   stats::PerCore<stats::CoreCounter>& core_counters() { return *core_ctr_; }

@@ -62,6 +62,7 @@ struct CqSetup {
   droce_shm_ring_hdr* ring;   // completion ring, daemon is the producer
   uint32_t ring_entries;
   int eventfd;                // completion channel's eventfd, or -1
+  int async_eventfd;          // the client's (OpenAsync), or -1: write 1 per event
 };
 struct CqResult {
   ObjId id;
@@ -73,6 +74,7 @@ struct SrqSetup {
   ibv_srq_attr attr;          // max_wr, max_sge as granted, srq_limit
   droce_shm_ring_hdr* ring;   // receive ring, daemon is the consumer
   uint32_t ring_entries;
+  int async_eventfd;          // the client's (OpenAsync), or -1
 };
 struct SrqResult {
   ObjId id;
@@ -132,13 +134,28 @@ class ShimBackend {
   // (droce_shm_send_wqe.ah); the engine resolves it in its own table and
   // must check that the AH's PD is the QP's PD (so one client cannot use
   // another's AH by guessing numbers).
+  //
+  // Address resolution (ARP / ND) never blocks the caller: modify_qp with an
+  // address vector and create_ah return -EINPROGRESS while the destination's
+  // MAC is not known yet (the backend has asked for it), having changed
+  // nothing. The server then parks that client's request, serves the other
+  // clients, and calls again with the same arguments every
+  // ShimServerConfig::resolve_retry_ms until the answer is something else or
+  // resolve_timeout_ms passed (the client then gets -EHOSTUNREACH).
   virtual int create_ah(const ClientInfo& c, ObjId pd, const ibv_ah_attr& a, AhResult& out) = 0;
   virtual int destroy_ah(const ClientInfo& c, ObjId ah) = 0;
 
-  // Asynchronous events: when a QP goes to ERR by itself (not by modify_qp) the
-  // backend records IBV_EVENT_QP_FATAL for it and writes 1 to its
-  // async_eventfd; this takes the recorded event (0 when none).
-  virtual uint32_t take_qp_event(const ClientInfo&, ObjId) { return 0; }
+  // Asynchronous events. The backend records each event on its object and
+  // writes 1 to the client's async_eventfd (given at create time) per event:
+  // IBV_EVENT_QP_FATAL when a QP goes to ERR by itself (not by modify_qp),
+  // IBV_EVENT_QP_LAST_WQE_REACHED when a QP on an SRQ goes to ERR (any way),
+  // IBV_EVENT_CQ_ERR when a CQ overran (its QPs go to ERR),
+  // IBV_EVENT_SRQ_LIMIT_REACHED when an SRQ armed with a limit holds fewer
+  // WQEs than it (then disarmed). These take one recorded event of the object
+  // (the lowest type first): true and its type, false when none.
+  virtual bool take_qp_event(const ClientInfo&, ObjId, uint32_t&) { return false; }
+  virtual bool take_cq_event(const ClientInfo&, ObjId, uint32_t&) { return false; }
+  virtual bool take_srq_event(const ClientInfo&, ObjId, uint32_t&) { return false; }
 
   // Called once when a client connection ends, after its objects are gone.
   virtual void client_gone(const ClientInfo&) {}

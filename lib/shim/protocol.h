@@ -213,7 +213,7 @@ struct CreateAhResp {
 // them (semaphore); each GetAsyncEvent takes one.
 struct AsyncEventResp {
   uint32_t event_type;  // ibv_event_type
-  uint32_t handle;      // the QP it is about
+  uint32_t handle;      // the object it is about: a QP, a CQ (IBV_EVENT_CQ_ERR) or an SRQ (IBV_EVENT_SRQ_*)
 };
 
 // The body type of each op's request and response.

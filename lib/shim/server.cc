@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 
 #include "shim/ring.h"
@@ -68,6 +69,11 @@ struct ShimServer::Client {
     }
   };
   std::map<uint32_t, std::unique_ptr<Obj>> objs;
+  uint32_t count[static_cast<int>(ObjKind::Count_)] = {};  // objects of each kind (quotas)
+  // A request parked while the backend resolves its address (backend.h):
+  // the client's socket is not read until it is answered.
+  std::vector<uint8_t> parked;
+  std::chrono::steady_clock::time_point park_deadline{}, next_try{};
   int async_fd = -1;  // OpenAsync's eventfd (the client has its own copy)
   ~Client() {
     if (async_fd >= 0) ::close(async_fd);
@@ -98,6 +104,7 @@ struct ServerOps {
       o->deps[i++] = d;
     }
     s.objects_[static_cast<int>(o->kind)]++;
+    c.count[static_cast<int>(o->kind)]++;
     if (o->region.addr() != nullptr) s.mapped_bytes_ += o->region.size();
     if (o->mr) s.mapped_bytes_ += o->mr->len;
     c.objs.emplace(h, std::move(o));
@@ -107,6 +114,22 @@ struct ServerOps {
     if (c.objs.size() >= s.cfg_.max_objects_per_client || c.next_handle == UINT32_MAX) return -ENOSPC;
     return 0;
   }
+  // Room for one more object of kind k within the client's quota (server.h).
+  int quota(ObjKind k) {
+    if (int e = room()) return e;
+    uint64_t limit = UINT64_MAX;
+    switch (k) {
+      case ObjKind::Qp: limit = s.cfg_.max_qps_per_client; break;
+      case ObjKind::Cq: limit = s.cfg_.max_cqs_per_client; break;
+      case ObjKind::Srq: limit = s.cfg_.max_srqs_per_client; break;
+      case ObjKind::Mr: limit = s.cfg_.max_mrs_per_client; break;
+      case ObjKind::Ah: limit = s.cfg_.max_ahs_per_client; break;
+      default: break;
+    }
+    if (c.count[static_cast<int>(k)] < limit) return 0;
+    s.quota_refused_++;
+    return -ENOMEM;
+  }
   // Forgets an object after the backend destroyed it.
   void remove(uint32_t h) {
     auto it = c.objs.find(h);
@@ -114,6 +137,7 @@ struct ServerOps {
     for (uint32_t d : o.deps)
       if (d != 0) c.objs.at(d)->refs--;
     s.objects_[static_cast<int>(o.kind)]--;
+    c.count[static_cast<int>(o.kind)]--;
     if (o.region.addr() != nullptr) s.mapped_bytes_ -= o.region.size();
     if (o.mr) {
       s.mapped_bytes_ -= o.mr->len;
@@ -175,7 +199,7 @@ struct ServerOps {
     return 0;
   }
   int reg_mr(const RegMrReq& q, int fd, RegMrResp& r) {
-    if (int e = room()) return e;
+    if (int e = quota(ObjKind::Mr)) return e;
     if (find(q.pd, ObjKind::Pd) == nullptr) return -EBADF;
     const size_t pg = page_size();
     if (fd < 0) return -EBADF;
@@ -189,7 +213,10 @@ struct ServerOps {
     if (q.addr < q.map_addr || q.addr - q.map_addr > q.map_len || q.length > q.map_len - (q.addr - q.map_addr))
       return -EINVAL;
     if (q.fd_offset > UINT64_MAX - q.map_len) return -EINVAL;
-    if (c.mr_bytes + q.map_len > s.cfg_.max_mr_bytes_per_client) return -ENOMEM;
+    if (q.map_len > s.cfg_.max_mr_bytes_per_client - c.mr_bytes) {
+      s.quota_refused_++;
+      return -ENOMEM;
+    }
     // The client must not be able to shrink the file under our mapping
     // (that would SIGBUS the daemon): demand the shrink seal.
     int seals = fcntl(fd, F_GET_SEALS);
@@ -240,8 +267,12 @@ struct ServerOps {
   }
   int get_async_event(AsyncEventResp& r) {
     for (auto& [h, o] : c.objs) {
-      if (o->kind != ObjKind::Qp) continue;
-      if (uint32_t t = s.backend_.take_qp_event(c.info, o->id)) {
+      uint32_t t = 0;
+      bool got = false;
+      if (o->kind == ObjKind::Qp) got = s.backend_.take_qp_event(c.info, o->id, t);
+      else if (o->kind == ObjKind::Cq) got = s.backend_.take_cq_event(c.info, o->id, t);
+      else if (o->kind == ObjKind::Srq) got = s.backend_.take_srq_event(c.info, o->id, t);
+      if (got) {
         r.event_type = t;
         r.handle = h;
         return 0;
@@ -250,7 +281,7 @@ struct ServerOps {
     return -EAGAIN;
   }
   int create_cq(const CreateCqReq& q, CreateCqResp& r) {
-    if (int e = room()) return e;
+    if (int e = quota(ObjKind::Cq)) return e;
     Obj* ch = nullptr;
     if (q.channel != 0 && (ch = find(q.channel, ObjKind::Channel)) == nullptr) return -EBADF;
     if (q.cqe < 1 || q.cqe > static_cast<uint32_t>(c.dev_attr.max_cqe)) return -EINVAL;
@@ -259,7 +290,7 @@ struct ServerOps {
     auto o = std::make_unique<Obj>(ObjKind::Cq);
     RingSpec spec{DROCE_SHM_RING_CQ, entries, sizeof(droce_shm_cqe), 0, 0};
     if (int rc = create_object_region(o->region, DROCE_SHM_REGION_CQ, 0, &spec, 1, s.cfg_.rings_in_hugepages)) return rc;
-    CqSetup setup{q.cqe, q.comp_vector, region_ring(o->region, 0), entries, ch ? ch->eventfd : -1};
+    CqSetup setup{q.cqe, q.comp_vector, region_ring(o->region, 0), entries, ch ? ch->eventfd : -1, c.async_fd};
     CqResult res{};
     if (int rc = s.backend_.create_cq(c.info, setup, res)) return rc;
     o->id = res.id;
@@ -273,7 +304,7 @@ struct ServerOps {
     return 0;
   }
   int create_srq(const CreateSrqReq& q, CreateSrqResp& r) {
-    if (int e = room()) return e;
+    if (int e = quota(ObjKind::Srq)) return e;
     Obj* pd = find(q.pd, ObjKind::Pd);
     if (pd == nullptr) return -EBADF;
     const auto& d = c.dev_attr;
@@ -289,7 +320,7 @@ struct ServerOps {
     auto o = std::make_unique<Obj>(ObjKind::Srq);
     RingSpec spec{DROCE_SHM_RING_RECV, entries, sizeof(droce_shm_recv_wqe), granted.max_sge, 0};
     if (int rc = create_object_region(o->region, DROCE_SHM_REGION_SRQ, 0, &spec, 1, s.cfg_.rings_in_hugepages)) return rc;
-    SrqSetup setup{pd->id, granted, region_ring(o->region, 0), entries};
+    SrqSetup setup{pd->id, granted, region_ring(o->region, 0), entries, c.async_fd};
     SrqResult res{};
     if (int rc = s.backend_.create_srq(c.info, setup, res)) return rc;
     o->id = res.id;
@@ -303,7 +334,7 @@ struct ServerOps {
     return 0;
   }
   int create_qp(const CreateQpReq& q, CreateQpResp& r) {
-    if (int e = room()) return e;
+    if (int e = quota(ObjKind::Qp)) return e;
     Obj* pd = find(q.pd, ObjKind::Pd);
     Obj* scq = find(q.send_cq, ObjKind::Cq);
     Obj* rcq = find(q.recv_cq, ObjKind::Cq);
@@ -360,7 +391,7 @@ struct ServerOps {
     return 0;
   }
   int create_ah(const CreateAhReq& q, CreateAhResp& r) {
-    if (int e = room()) return e;
+    if (int e = quota(ObjKind::Ah)) return e;
     Obj* pd = find(q.pd, ObjKind::Pd);
     if (pd == nullptr) return -EBADF;
     if (q.attr.is_global != 1) return -EINVAL;  // RoCE: every AH carries a GRH
@@ -451,7 +482,16 @@ int ShimServer::poll_once(int timeout_ms) {
   pfds.reserve(clients_.size() + 2);
   pfds.push_back({listen_fd_, POLLIN, 0});
   pfds.push_back({wake_fd_, POLLIN, 0});
-  for (auto& c : clients_) pfds.push_back({c->fd, POLLIN, 0});
+  // A parked client's socket is watched for hang-up only; the poll wakes in
+  // time for the earliest retry.
+  const auto now = std::chrono::steady_clock::now();
+  for (auto& c : clients_) {
+    pfds.push_back({c->fd, static_cast<short>(c->parked.empty() ? POLLIN : 0), 0});
+    if (!c->parked.empty()) {
+      const auto ms = std::chrono::ceil<std::chrono::milliseconds>(c->next_try - now).count();
+      timeout_ms = static_cast<int>(std::clamp<int64_t>(ms, 0, timeout_ms < 0 ? INT32_MAX : timeout_ms));
+    }
+  }
   int n = ::poll(pfds.data(), pfds.size(), timeout_ms);
   if (n < 0) return errno == EINTR ? 0 : -errno;
   if (pfds[1].revents & POLLIN) {
@@ -468,6 +508,7 @@ int ShimServer::poll_once(int timeout_ms) {
     Client& c = *clients_[i];
     if (!(ev & POLLIN) || !serve(c)) gone.push_back(&c);
   }
+  retry_parked(gone);
   for (Client* c : gone) drop(*c);
   if (pfds[0].revents & POLLIN) accept_clients();
   return 0;
@@ -510,7 +551,20 @@ void ShimServer::destroy_all(Client& c) {
   }
 }
 
+void ShimServer::retry_parked(std::vector<Client*>& gone) {
+  const auto now = std::chrono::steady_clock::now();
+  for (auto& p : clients_) {
+    Client& c = *p;
+    if (c.parked.empty() || now < c.next_try || std::find(gone.begin(), gone.end(), &c) != gone.end()) continue;
+    std::vector<uint8_t> msg = std::move(c.parked);
+    c.parked.clear();
+    parked_now_--;
+    if (!handle(c, msg.data(), msg.size(), nullptr, 0, true)) gone.push_back(&c);
+  }
+}
+
 void ShimServer::drop(Client& c) {
+  if (!c.parked.empty()) parked_now_--;
   destroy_all(c);
   if (c.opened) backend_.client_gone(c.info);
   close(c.fd);
@@ -535,7 +589,11 @@ bool ShimServer::serve(Client& c) {
     }
   } closer{fds, nfds};
   requests_++;
-  if (static_cast<size_t>(n) < sizeof(ReqHdr)) {
+  return handle(c, in, static_cast<size_t>(n), fds, nfds, false);
+}
+
+bool ShimServer::handle(Client& c, const uint8_t* in, size_t n, const int* fds, int nfds, bool retry) {
+  if (n < sizeof(ReqHdr)) {
     dropped_++;
     return false;
   }
@@ -552,7 +610,7 @@ bool ShimServer::serve(Client& c) {
   size_t out_len = 0;
   ServerOps ops{*this, c};
   int rc = -EINVAL;
-  size_t body = static_cast<size_t>(n) - sizeof(ReqHdr);
+  size_t body = n - sizeof(ReqHdr);
   auto op = static_cast<Op>(hdr.op);
 
   // Dispatch: checks the body length, runs the handler with typed bodies.
@@ -623,6 +681,24 @@ bool ShimServer::serve(Client& c) {
       default: rc = -EOPNOTSUPP; break;
     }
   }
+  if (rc == -EINPROGRESS && (op == Op::ModifyQp || op == Op::CreateAh)) {
+    // The backend is resolving the address (backend.h): park the request,
+    // answer it later, serve the other clients meanwhile.
+    const auto now = std::chrono::steady_clock::now();
+    if (!retry) {
+      c.park_deadline = now + std::chrono::milliseconds(cfg_.resolve_timeout_ms);
+      parked_++;
+    }
+    if (now < c.park_deadline) {
+      c.parked.assign(in, in + n);
+      c.next_try = now + std::chrono::milliseconds(cfg_.resolve_retry_ms);
+      parked_now_++;
+      return true;
+    }
+    rc = -EHOSTUNREACH;  // no answer in time
+  } else if (rc == -EINPROGRESS) {
+    rc = -EIO;  // only address resolution may park a request
+  }
   if (rc != 0) {
     errors_++;
     out_len = 0;
@@ -649,6 +725,9 @@ ShimServerStats ShimServer::stats() const {
   s.dropped = dropped_.load();
   for (int i = 0; i < static_cast<int>(ObjKind::Count_); i++) s.objects[i] = objects_[i].load();
   s.mapped_bytes = mapped_bytes_.load();
+  s.quota_refused = quota_refused_.load();
+  s.parked = parked_.load();
+  s.parked_now = parked_now_.load();
   return s;
 }
 

@@ -26,7 +26,22 @@ struct ShimServerConfig {
   uint32_t socket_mode = 0660;       // chmod of the socket file
   uint32_t max_clients = 256;
   uint32_t max_objects_per_client = 65536;
-  uint64_t max_mr_bytes_per_client = 1ull << 36;
+  // Per-client quotas, so that one local client cannot take what the others
+  // need. Beyond one, the create call fails with ENOMEM (what ibverbs
+  // programs get from a device out of resources, and from ibv_reg_mr beyond
+  // RLIMIT_MEMLOCK), counted in ShimServerStats::quota_refused.
+  uint32_t max_qps_per_client = 1024;
+  uint32_t max_cqs_per_client = 2048;
+  uint32_t max_srqs_per_client = 1024;
+  uint32_t max_mrs_per_client = 4096;
+  uint32_t max_ahs_per_client = 4096;
+  uint64_t max_mr_bytes_per_client = 1ull << 36;  // registered bytes (whole pages)
+  // A request whose address the backend is still resolving (-EINPROGRESS,
+  // backend.h) is parked and retried every resolve_retry_ms; after
+  // resolve_timeout_ms it fails with EHOSTUNREACH. Other clients are served
+  // meanwhile.
+  uint32_t resolve_retry_ms = 2;
+  uint32_t resolve_timeout_ms = 3000;
   bool lock_mr_memory = true;        // mlock registered memory (best effort)
   // Every QP/SRQ/CQ region in a 2 MiB hugepage (TLB-friendly for the engine,
   // 2 MiB per object); otherwise only regions of 1 MiB or more. Falls back
@@ -45,6 +60,9 @@ struct ShimServerStats {
   uint64_t dropped = 0;        // connections cut for protocol violations
   uint64_t objects[static_cast<int>(ObjKind::Count_)] = {};
   uint64_t mapped_bytes = 0;   // shared memory the server maps now (rings + MRs)
+  uint64_t quota_refused = 0;  // creates refused by a per-client quota
+  uint64_t parked = 0;         // requests parked while their address resolved (ever)
+  uint64_t parked_now = 0;     // clients whose request is parked now
 };
 
 class ShimServer {
@@ -70,6 +88,9 @@ class ShimServer {
  private:
   void accept_clients();
   bool serve(Client& c);  // false: drop the connection
+  // Runs one request (a new one, or a parked one again when `retry`); false: drop.
+  bool handle(Client& c, const uint8_t* in, size_t n, const int* fds, int nfds, bool retry);
+  void retry_parked(std::vector<Client*>& gone);
   void drop(Client& c);
   void destroy_all(Client& c);
 
@@ -85,6 +106,7 @@ class ShimServer {
   // Counters: written by the server thread, read by stats() anywhere.
   std::atomic<uint64_t> clients_total_{0}, requests_{0}, errors_{0}, dropped_{0}, mapped_bytes_{0};
   std::atomic<uint64_t> n_clients_{0};
+  std::atomic<uint64_t> quota_refused_{0}, parked_{0}, parked_now_{0};
   std::atomic<uint64_t> objects_[static_cast<int>(ObjKind::Count_)] = {};
 
   friend struct ServerOps;

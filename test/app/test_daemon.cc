@@ -12,7 +12,6 @@
 #include "config/fault_table.h"
 #include "control/client.h"
 #include "daemon.h"
-#include "shim_backend.h"
 
 using namespace droce;
 using control::json;
@@ -212,43 +211,4 @@ TEST_CASE("SIGTERM wakes run() when the signals are blocked", "[daemon]") {
   std::string why = d.run();
   t.join();
   CHECK(why == "received SIGTERM from pid " + std::to_string(getpid()));
-}
-
-// A verbs application's address vector as the shim hands it to the engine. The hop limit is the
-// route's (64) whatever the application asks, as Linux/rxe put on the wire: the unmodified
-// ibv_*_pingpong ask for hop_limit 1 and rxe sends TTL 64 (scripts/interop.sh checks the TTL of
-// every packet droce sends to rxe).
-TEST_CASE("shim address vector: RoCEv2 hop limit is the route's, as on Linux", "[shim][ah]") {
-  ibv_ah_attr a{};
-  a.is_global = 1;
-  a.port_num = 1;
-  a.grh.sgid_index = 1;
-  const uint8_t dgid[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 77, 0, 1};
-  std::memcpy(a.grh.dgid.raw, dgid, 16);
-  a.grh.flow_label = 0x12345;
-  for (uint8_t asked : {uint8_t{0}, uint8_t{1}, uint8_t{2}, uint8_t{64}, uint8_t{255}}) {
-    a.grh.hop_limit = asked;
-    verbs::Ah ah;
-    ah.hop_limit = 7;
-    REQUIRE(daemon::ah_from_verbs(a, 2, 26 << 2, ah) == 0);
-    CHECK(ah.hop_limit == 64);
-    CHECK(ah.hop_limit == daemon::kRoceRouteHopLimit);
-    CHECK(std::memcmp(ah.dgid.data(), dgid, 16) == 0);
-    CHECK(ah.flow_label == 0x12345);
-    CHECK(ah.traffic_class == (26 << 2));  // 0 asked: the port's DSCP
-  }
-  a.grh.traffic_class = 0x60;
-  verbs::Ah ah;
-  REQUIRE(daemon::ah_from_verbs(a, 2, 26 << 2, ah) == 0);
-  CHECK(ah.traffic_class == 0x60);
-  // Bad attributes: clear errors, nothing else.
-  ibv_ah_attr b = a;
-  b.is_global = 0;
-  CHECK(daemon::ah_from_verbs(b, 2, 0, ah) == -EINVAL);
-  b = a;
-  b.port_num = 2;
-  CHECK(daemon::ah_from_verbs(b, 2, 0, ah) == -EINVAL);
-  b = a;
-  b.grh.sgid_index = 2;
-  CHECK(daemon::ah_from_verbs(b, 2, 0, ah) == -EINVAL);
 }

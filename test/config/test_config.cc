@@ -196,6 +196,21 @@ TEST_CASE("[shim]: defaults, keys, errors", "[config]") {
   CHECK(c.shim.socket == "/tmp/v.sock");
   CHECK(c.shim.mode == 0600);
   CHECK(c.shim.max_clients == 8);
+  CHECK(d.shim.max_qps_per_client == 256);
+  CHECK(d.shim.max_mr_mb_per_client == 65536);
+  CHECK(d.shim.resolve_timeout_ms == 3000);
+  Config q = parse_config(kPort + "[shim]\nmax_qps_per_client = 3\nmax_cqs_per_client = 4\nmax_srqs_per_client = 0\n"
+                                  "max_mrs_per_client = 5\nmax_ahs_per_client = 6\nmax_mr_mb_per_client = 7\n"
+                                  "resolve_timeout_ms = 50\n");
+  CHECK(q.shim.max_qps_per_client == 3);
+  CHECK(q.shim.max_cqs_per_client == 4);
+  CHECK(q.shim.max_srqs_per_client == 0);
+  CHECK(q.shim.max_mrs_per_client == 5);
+  CHECK(q.shim.max_ahs_per_client == 6);
+  CHECK(q.shim.max_mr_mb_per_client == 7);
+  CHECK(q.shim.resolve_timeout_ms == 50);
+  CHECK_THAT(error_of(kPort + "[shim]\nmax_qps_per_client = 0\n"), Catch::Contains("shim.max_qps_per_client"));
+  CHECK_THAT(error_of(kPort + "[shim]\nresolve_timeout_ms = 1\n"), Catch::Contains("shim.resolve_timeout_ms"));
   CHECK_THAT(error_of(kPort + "[shim]\nsocket = \"rel.sock\"\n"), Catch::Contains("shim.socket"));
   CHECK_THAT(error_of(kPort + "[shim]\nmode = \"0999\"\n"), Catch::Contains("shim.mode"));
   CHECK_THAT(error_of(kPort + "[shim]\nsocket = \"/run/droce/droced.sock\"\n"), Catch::Contains("also control.socket"));

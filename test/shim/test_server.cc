@@ -1,7 +1,10 @@
-// ShimServer + ShimConnection + rings end to end against the loopback test
-// double: control calls, handle isolation between clients, bad requests,
-// cleanup after kill -9, the data path through shared memory, the memory
-// scheme (remap at the same address) and completion-channel wakeups.
+// ShimServer + ShimConnection + rings end to end against the real backend
+// (EngineShimBackend on a running engine::Dataplane over a net_ring pair,
+// engine_env.h): control calls, handle isolation between clients, bad
+// requests, cleanup after kill -9, the data path through shared memory and the
+// wire, the memory scheme (remap at the same address) and completion-channel
+// wakeups.
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/mman.h>
@@ -11,50 +14,32 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <random>
 #include <thread>
 
-#include "loopback_backend.h"
+#include "engine_env.h"
 #include "shim/client/client.h"
 #include "shim/server.h"
 
 using namespace droce::shim;
 using namespace droce::shim::proto;
-using droce::shim::test::LoopbackBackend;
+using Fixture = droce::shim::test::EngineFixture;
+using droce::shim::test::dataplane;
+using droce::shim::test::dev_gid;
 
 namespace {
 
-std::string temp_socket() {
-  static int n = 0;
-  char tmpl[] = "/tmp/droce-shim-test-XXXXXX";
-  const char* d = mkdtemp(tmpl);
-  REQUIRE(d != nullptr);
-  return std::string(d) + "/s" + std::to_string(n++) + ".sock";
-}
-
-struct Fixture {
-  Fixture() : server(backend, ShimServerConfig{temp_socket()}) {
-    REQUIRE(server.start() == 0);
-  }
-  ~Fixture() {
-    server.stop();
-    backend.stop_engine();
-    std::filesystem::remove_all(std::filesystem::path(server.socket_path()).parent_path());
-  }
-  LoopbackBackend backend;
-  ShimServer server;
-};
-
 // A client with an open device.
 struct Cl {
-  explicit Cl(Fixture& f) {
+  explicit Cl(Fixture& f, uint32_t dev = 0) {
     REQUIRE(conn.connect(f.server.socket_path()) == 0);
     OpenDeviceResp r{};
-    REQUIRE(conn.call<Op::OpenDevice>({0, DROCE_SHM_ABI_VERSION}, r) == 0);
-    CHECK(std::string(r.info.name) == "droce0");
+    REQUIRE(conn.call<Op::OpenDevice>({dev, DROCE_SHM_ABI_VERSION}, r) == 0);
+    CHECK(std::string(r.info.name) == "droce" + std::to_string(dev));
   }
   uint32_t pd() {
     HandleResp r{};
@@ -94,16 +79,40 @@ struct Cl {
     for (uint32_t e : mem_entries) release_mr_memory(e);
   }
   std::vector<uint32_t> mem_entries;
-  void to_rts(uint32_t qp, uint32_t dest) {
+  // INIT -> RTR -> RTS towards QP `dest` on device peer_dev, as an RC program would.
+  void to_rts(uint32_t qp, uint32_t dest, uint32_t peer_dev) {
     ibv_qp_attr a{};
-    a.qp_state = IBV_QPS_INIT;
-    REQUIRE(conn.call<Op::ModifyQp>({qp, IBV_QP_STATE, a}, *std::make_unique<Empty>()) == 0);
-    a.qp_state = IBV_QPS_RTR;
-    a.dest_qp_num = dest;
     Empty e;
-    REQUIRE(conn.call<Op::ModifyQp>({qp, IBV_QP_STATE | IBV_QP_DEST_QPN, a}, e) == 0);
+    a.qp_state = IBV_QPS_INIT;
+    a.port_num = 1;
+    a.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+                        IBV_ACCESS_REMOTE_ATOMIC;
+    REQUIRE(conn.call<Op::ModifyQp>({qp, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS, a},
+                                    e) == 0);
+    a.qp_state = IBV_QPS_RTR;
+    a.path_mtu = IBV_MTU_1024;
+    a.dest_qp_num = dest;
+    a.rq_psn = 100;
+    a.max_dest_rd_atomic = 16;
+    a.min_rnr_timer = 1;
+    a.ah_attr.is_global = 1;
+    a.ah_attr.port_num = 1;
+    a.ah_attr.grh.dgid = dev_gid(peer_dev);
+    a.ah_attr.grh.sgid_index = droce::shim::test::kRoceGidIndex;
+    REQUIRE(conn.call<Op::ModifyQp>({qp, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                                             IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER,
+                                         a},
+                                    e) == 0);
     a.qp_state = IBV_QPS_RTS;
-    REQUIRE(conn.call<Op::ModifyQp>({qp, IBV_QP_STATE, a}, e) == 0);
+    a.sq_psn = 100;
+    a.timeout = 14;
+    a.retry_cnt = 7;
+    a.rnr_retry = 7;
+    a.max_rd_atomic = 16;
+    REQUIRE(conn.call<Op::ModifyQp>({qp, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+                                             IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC,
+                                         a},
+                                    e) == 0);
   }
   ShimConnection conn;
 };
@@ -135,8 +144,9 @@ TEST_CASE("server: list, open and query the device", "[shim][server]") {
   REQUIRE(c.connect(f.server.socket_path()) == 0);
   ListDevicesResp l{};
   REQUIRE(c.call<Op::ListDevices>({}, l) == 0);
-  REQUIRE(l.count == 1);
+  REQUIRE(l.count == 2);  // one device per dataplane port
   CHECK(std::string(l.dev[0].name) == "droce0");
+  CHECK(std::string(l.dev[1].name) == "droce1");
   ibv_device_attr da{};
   CHECK(c.call<Op::QueryDevice>({}, da) == -ENODEV);  // not opened yet
   OpenDeviceResp o{};
@@ -158,8 +168,7 @@ TEST_CASE("server: list, open and query the device", "[shim][server]") {
 
 TEST_CASE("server: a socket a live server answers on is never taken over", "[shim][server]") {
   Fixture f;
-  test::LoopbackBackend other;
-  ShimServer second(other, ShimServerConfig{f.server.socket_path()});
+  ShimServer second(f.backend, ShimServerConfig{f.server.socket_path()});
   CHECK(second.listen() == -EADDRINUSE);
   ShimConnection c;
   CHECK(c.connect(f.server.socket_path()) == 0);  // the first still serves
@@ -274,16 +283,15 @@ TEST_CASE("server: MR memory must be a shrink-sealed memfd within bounds", "[shi
 TEST_CASE("data path: SEND, WRITE, READ, atomics through the rings; bad rkey writes nothing",
           "[shim][server][data]") {
   Fixture f;
-  f.backend.start_engine();
-  Cl a(f), b(f);
+  Cl a(f, 0), b(f, 1);  // two devices: the frames cross the net_ring pair
   uint32_t pda = a.pd(), pdb = b.pd();
   ClientCq cqa, cqb;
   uint32_t ca = a.cq(cqa), cb = b.cq(cqb);
   ClientQp qpa, qpb;
   uint32_t qpna = 0, qpnb = 0;
   uint32_t qa = a.qp(qpa, pda, ca, IBV_QPT_RC, &qpna), qb = b.qp(qpb, pdb, cb, IBV_QPT_RC, &qpnb);
-  a.to_rts(qa, qpnb);
-  b.to_rts(qb, qpna);
+  a.to_rts(qa, qpnb, 1);
+  b.to_rts(qb, qpna, 0);
   // Plain malloc'd buffers: registration remaps them at the same address.
   auto* abuf = static_cast<uint8_t*>(aligned_alloc(4096, 16384));
   auto* bbuf = static_cast<uint8_t*>(aligned_alloc(4096, 16384));
@@ -398,13 +406,30 @@ TEST_CASE("data path: SEND, WRITE, READ, atomics through the rings; bad rkey wri
     REQUIRE(wait_cqe(cqa, e));
     CHECK(e.wr_id == 9);
     CHECK(e.status == IBV_WC_REM_ACCESS_ERR);
-    // a's own lkey used as an rkey on b: a different PD, refused too.
-    w.rkey = ma.rkey;
-    REQUIRE(qpa.sq.try_push(w));
-    REQUIRE(wait_cqe(cqa, e));
-    CHECK(e.status == IBV_WC_REM_ACCESS_ERR);
     for (int i = 0; i < 16384; i++)
       if (bbuf[i] != 0xEE) FAIL("byte " << i << " written");
+  }
+  SECTION("another MR's key (another client, another PD) is refused too") {
+    droce_shm_send_wqe w{};
+    // A third client on b's device: its MR's key is valid there, but in
+    // another PD than b's QP.
+    Cl c(f, 1);
+    auto* cbuf = static_cast<uint8_t*>(alloc_shared(16384));
+    RegMrResp mc = c.mr(c.pd(), cbuf, 16384, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+    w.wr_id = 10;
+    w.opcode = DROCE_WR_RDMA_WRITE;
+    w.send_flags = DROCE_SEND_SIGNALED;
+    w.remote_addr = reinterpret_cast<uint64_t>(cbuf);
+    w.rkey = mc.rkey;
+    w.num_sge = 1;
+    w.u.sge[0] = {reinterpret_cast<uint64_t>(abuf), 4096, ma.lkey};
+    REQUIRE(qpa.sq.try_push(w));
+    REQUIRE(wait_cqe(cqa, e));
+    CHECK(e.wr_id == 10);
+    CHECK(e.status == IBV_WC_REM_ACCESS_ERR);
+    for (int i = 0; i < 16384; i++)
+      if (bbuf[i] != 0xEE || cbuf[i] != 0) FAIL("byte " << i << " written");
+    free_shared(cbuf);
   }
   Empty em;
   CHECK(a.conn.call<Op::DeregMr>({ma.handle}, em) == 0);
@@ -415,8 +440,7 @@ TEST_CASE("data path: SEND, WRITE, READ, atomics through the rings; bad rkey wri
 
 TEST_CASE("completion channel: an armed CQ wakes the eventfd, once", "[shim][server][notify]") {
   Fixture f;
-  f.backend.start_engine();
-  Cl a(f);
+  Cl a(f), b(f, 1);
   HandleResp ch{};
   int efd = -1, nfd = 0;
   REQUIRE(a.conn.call<Op::CreateChannel>({}, ch, nullptr, 0, &efd, 1, &nfd) == 0);
@@ -426,17 +450,23 @@ TEST_CASE("completion channel: an armed CQ wakes the eventfd, once", "[shim][ser
   uint32_t c = a.cq(cq, 16, ch.handle);
   Empty e;
   CHECK(a.conn.call<Op::DestroyChannel>({ch.handle}, e) == -EBUSY);  // the CQ uses it
-  ClientQp qp;
-  uint32_t qpn = 0;
+  ClientQp qp, peer;
+  ClientCq peer_cq;
+  uint32_t qpn = 0, peer_qpn = 0;
   uint32_t q = a.qp(qp, pd, c, IBV_QPT_RC, &qpn);
-  a.to_rts(q, qpn);  // loopback to itself
+  const uint32_t bpd = b.pd();
+  uint32_t bq = b.qp(peer, bpd, b.cq(peer_cq), IBV_QPT_RC, &peer_qpn);
+  a.to_rts(q, peer_qpn, 1);
+  b.to_rts(bq, qpn, 0);
   auto* buf = static_cast<uint8_t*>(alloc_shared(4096));
-  RegMrResp m = a.mr(pd, buf, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  auto* bbuf = static_cast<uint8_t*>(alloc_shared(4096));
+  RegMrResp m = a.mr(pd, buf, 4096, IBV_ACCESS_LOCAL_WRITE);
+  RegMrResp bm = b.mr(bpd, bbuf, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
   droce_shm_send_wqe w{};
   w.opcode = DROCE_WR_RDMA_WRITE;
   w.send_flags = DROCE_SEND_SIGNALED;
-  w.remote_addr = reinterpret_cast<uint64_t>(buf) + 2048;
-  w.rkey = m.rkey;
+  w.remote_addr = reinterpret_cast<uint64_t>(bbuf) + 2048;
+  w.rkey = bm.rkey;
   w.num_sge = 1;
   w.u.sge[0] = {reinterpret_cast<uint64_t>(buf), 16, m.lkey};
   pollfd p{efd, POLLIN, 0};
@@ -461,11 +491,11 @@ TEST_CASE("completion channel: an armed CQ wakes the eventfd, once", "[shim][ser
   CHECK(poll(&p, 1, 50) == 0);
   close(efd);
   free_shared(buf);
+  free_shared(bbuf);
 }
 
 TEST_CASE("a client killed with SIGKILL leaves nothing behind", "[shim][server][cleanup]") {
   Fixture f;
-  f.backend.start_engine();
   Cl survivor(f);
   uint32_t spd = survivor.pd();
   int ready[2];
@@ -502,19 +532,38 @@ TEST_CASE("a client killed with SIGKILL leaves nothing behind", "[shim][server][
     ibv_ah_attr ah{};
     ah.is_global = 1;
     ah.port_num = 1;
+    ah.grh.dgid = dev_gid(1);
+    ah.grh.sgid_index = droce::shim::test::kRoceGidIndex;
     CreateAhResp ahr{};
     c.call<Op::CreateAh>({pd.handle, 0, ah}, ahr);
     CreateSrqResp sr{};
     c.call<Op::CreateSrq>({pd.handle, 0, {64, 1, 0}}, sr, nullptr, 0, &fd, 1, &nfd);
+    // Towards a QPN nobody has on device 1: the WRITEs stay in flight (retried).
     ibv_qp_attr a{};
     Empty e;
     a.qp_state = IBV_QPS_INIT;
-    c.call<Op::ModifyQp>({qr.handle, IBV_QP_STATE, a}, e);
+    a.port_num = 1;
+    a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
+    if (c.call<Op::ModifyQp>({qr.handle, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS, a},
+                             e) != 0)
+      _exit(8);
     a.qp_state = IBV_QPS_RTR;
-    a.dest_qp_num = qr.qpn;
-    c.call<Op::ModifyQp>({qr.handle, IBV_QP_STATE | IBV_QP_DEST_QPN, a}, e);
+    a.path_mtu = IBV_MTU_1024;
+    a.dest_qp_num = 0xabcde;
+    a.ah_attr = ah;
+    if (c.call<Op::ModifyQp>({qr.handle, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                                             IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER,
+                              a},
+                             e) != 0)
+      _exit(9);
     a.qp_state = IBV_QPS_RTS;
-    c.call<Op::ModifyQp>({qr.handle, IBV_QP_STATE, a}, e);
+    a.timeout = 14;
+    a.retry_cnt = 7;
+    if (c.call<Op::ModifyQp>({qr.handle, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+                                             IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC,
+                              a},
+                             e) != 0)
+      _exit(10);
     char one = 1;
     if (write(ready[1], &one, 1) != 1) _exit(7);
     // Keep writing until killed (mid-transfer).
@@ -532,19 +581,25 @@ TEST_CASE("a client killed with SIGKILL leaves nothing behind", "[shim][server][
       cq.poll(16, out);
     }
   }
+  close(ready[1]);  // a child that fails early closes the pipe: read returns 0, never hangs
   char x = 0;
-  REQUIRE(read(ready[0], &x, 1) == 1);
+  const ssize_t got = read(ready[0], &x, 1);
   close(ready[0]);
-  close(ready[1]);
+  if (got != 1) {
+    int st = 0;
+    waitpid(pid, &st, 0);
+    FAIL("the child client failed before it was ready, exit status " << WEXITSTATUS(st));
+  }
   auto mid = f.server.stats();
   CHECK(mid.objects[static_cast<int>(ObjKind::Qp)] == 1);
   CHECK(mid.objects[static_cast<int>(ObjKind::Mr)] == 1);
   CHECK(mid.objects[static_cast<int>(ObjKind::Srq)] == 1);
   CHECK(mid.objects[static_cast<int>(ObjKind::Ah)] == 1);
   CHECK(mid.mapped_bytes > (1u << 20));
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  uint64_t before = f.backend.wqes_executed();
-  CHECK(before > 0);
+  // The engine has taken WRITEs from the child's send ring (mid-transfer).
+  CHECK(eventually([&] { return f.backend.stats().sq_wqes > 0; }));
+  CHECK(dataplane().qps().size() == 1);
+  CHECK(dataplane().mrs().size() == 1);
   kill(pid, SIGKILL);
   int st = 0;
   REQUIRE(waitpid(pid, &st, 0) == pid);
@@ -555,15 +610,18 @@ TEST_CASE("a client killed with SIGKILL leaves nothing behind", "[shim][server][
     CHECK(s.objects[k] == (k == static_cast<int>(ObjKind::Pd) ? 1u : 0u));  // the survivor's PD
   }
   CHECK(s.mapped_bytes == 0);
-  CHECK(f.backend.live_objects() == 1);
+  // Gone from the engine too.
+  CHECK(dataplane().qps().empty());
+  CHECK(dataplane().mrs().empty());
   // The survivor keeps working.
   Empty e;
   CHECK(survivor.conn.call<Op::DeallocPd>({spd}, e) == 0);
-  CHECK(f.backend.live_objects() == 0);
 }
 
 TEST_CASE("server: random requests from a hostile client never crash it", "[shim][server][fuzz]") {
-  Fixture f;
+  ShimServerConfig sc;
+  sc.resolve_timeout_ms = 100;  // a random address vector waits at most this long
+  Fixture f(sc);
   Cl good(f);
   uint32_t pd = good.pd();
   std::mt19937 rng(12345);
@@ -682,4 +740,347 @@ TEST_CASE("memory scheme: remap at the same address, reuse, overlap rules", "[sh
   free_shared(s);
   CHECK(prepare_mr_memory(nullptr, 10, d) == -EINVAL);
   munmap(buf, 8 * pg);
+}
+
+namespace {
+ibv_ah_attr ah_to(const ibv_gid& g) {
+  ibv_ah_attr a{};
+  a.is_global = 1;
+  a.port_num = 1;
+  a.grh.dgid = g;
+  a.grh.sgid_index = droce::shim::test::kRoceGidIndex;
+  return a;
+}
+int create_ah(Cl& c, uint32_t pd, const ibv_gid& g, uint32_t* handle = nullptr) {
+  CreateAhResp r{};
+  const int rc = c.conn.call<Op::CreateAh>({pd, 0, ah_to(g)}, r);
+  if (handle) *handle = r.handle;
+  return rc;
+}
+int create_srq(Cl& c, uint32_t pd, uint32_t* handle = nullptr) {
+  CreateSrqResp r{};
+  int fd = -1, nfd = 0;
+  const int rc = c.conn.call<Op::CreateSrq>({pd, 0, {16, 1, 0}}, r, nullptr, 0, &fd, 1, &nfd);
+  if (fd >= 0) close(fd);
+  if (handle) *handle = r.handle;
+  return rc;
+}
+}  // namespace
+
+// Each quota of ShimServerConfig against the real backend: the client at its
+// limit gets ENOMEM (what ibverbs programs see from a device out of
+// resources), another client is not affected, and a destroy frees the room.
+TEST_CASE("quotas: one client cannot take what the others need", "[shim][server][quota]") {
+  ShimServerConfig sc;
+  sc.max_qps_per_client = 2;
+  sc.max_cqs_per_client = 3;
+  sc.max_srqs_per_client = 1;
+  sc.max_mrs_per_client = 2;
+  sc.max_ahs_per_client = 2;
+  sc.max_mr_bytes_per_client = 64 * 1024;
+  Fixture f(sc);
+  Cl hog(f), other(f);
+  const uint32_t pd = hog.pd(), opd = other.pd();
+  Empty e;
+
+  SECTION("QPs") {
+    ClientCq cq;
+    const uint32_t c = hog.cq(cq);
+    ClientQp q1, q2, q3, o1;
+    const uint32_t h1 = hog.qp(q1, pd, c);
+    hog.qp(q2, pd, c);
+    CreateQpResp r{};
+    CHECK(hog.conn.call<Op::CreateQp>({pd, c, c, 0, IBV_QPT_RC, 0, {8, 8, 1, 1, 0}}, r) == -ENOMEM);
+    CHECK(dataplane().qps().size() == 2);  // the refused QP never reached the engine
+    ClientCq ocq;
+    other.qp(o1, opd, other.cq(ocq));  // the other client is not affected
+    REQUIRE(hog.conn.call<Op::DestroyQp>({h1}, e) == 0);
+    hog.qp(q3, pd, c);  // room again
+  }
+  SECTION("CQs") {
+    ClientCq c1, c2, c3, c4, o1;
+    const uint32_t h1 = hog.cq(c1);
+    hog.cq(c2);
+    hog.cq(c3);
+    CreateCqResp r{};
+    CHECK(hog.conn.call<Op::CreateCq>({16, 0, 0, 0}, r) == -ENOMEM);
+    other.cq(o1);
+    REQUIRE(hog.conn.call<Op::DestroyCq>({h1}, e) == 0);
+    hog.cq(c4);
+  }
+  SECTION("SRQs") {
+    uint32_t s1 = 0;
+    REQUIRE(create_srq(hog, pd, &s1) == 0);
+    CHECK(create_srq(hog, pd) == -ENOMEM);
+    CHECK(create_srq(other, opd) == 0);
+    REQUIRE(hog.conn.call<Op::DestroySrq>({s1}, e) == 0);
+    CHECK(create_srq(hog, pd) == 0);
+  }
+  SECTION("MRs and registered bytes") {
+    auto* buf = static_cast<uint8_t*>(alloc_shared(256 * 1024));
+    REQUIRE(buf != nullptr);
+    RegMrResp m1 = hog.mr(pd, buf, 4096, IBV_ACCESS_LOCAL_WRITE);
+    hog.mr(pd, buf + 4096, 4096, IBV_ACCESS_LOCAL_WRITE);
+    int rc = 0;
+    hog.mr(pd, buf + 8192, 4096, IBV_ACCESS_LOCAL_WRITE, &rc);
+    CHECK(rc == -ENOMEM);  // count
+    CHECK(dataplane().mrs().size() == 2);
+    REQUIRE(hog.conn.call<Op::DeregMr>({m1.handle}, e) == 0);
+    hog.mr(pd, buf + 65536, 128 * 1024, IBV_ACCESS_LOCAL_WRITE, &rc);
+    CHECK(rc == -ENOMEM);  // bytes: 4 KiB + 128 KiB > 64 KiB
+    other.mr(opd, buf + 65536, 60 * 1024, IBV_ACCESS_LOCAL_WRITE, &rc);
+    CHECK(rc == 0);  // the other client has its own 64 KiB
+    hog.mr(pd, buf + 16384, 56 * 1024, IBV_ACCESS_LOCAL_WRITE, &rc);
+    CHECK(rc == 0);  // 4 + 56 KiB fit
+    free_shared(buf);
+  }
+  SECTION("AHs") {
+    uint32_t a1 = 0;
+    REQUIRE(create_ah(hog, pd, dev_gid(1), &a1) == 0);
+    REQUIRE(create_ah(hog, pd, dev_gid(1)) == 0);
+    CHECK(create_ah(hog, pd, dev_gid(1)) == -ENOMEM);
+    CHECK(create_ah(other, opd, dev_gid(1)) == 0);
+    REQUIRE(hog.conn.call<Op::DestroyAh>({a1}, e) == 0);
+    CHECK(create_ah(hog, pd, dev_gid(1)) == 0);
+  }
+  CHECK(f.server.stats().quota_refused >= 1);
+}
+
+// ARP for one client's address vector must not hold up the others: the
+// server parks the request (the backend answers -EINPROGRESS while it
+// resolves) and keeps serving. On the old code the control thread waited in
+// Dataplane::resolve for up to 3 s and every other client's call with it.
+TEST_CASE("address resolution: one client's unresolvable address does not delay another's calls",
+          "[shim][server][resolve]") {
+  using clock = std::chrono::steady_clock;
+  ShimServerConfig sc;
+  sc.resolve_timeout_ms = 1500;
+  Fixture f(sc);
+  Cl slow(f), quick(f);
+  const uint32_t spd = slow.pd(), qpd = quick.pd();
+  ClientCq scq_;
+  ClientQp sqp;
+  const uint32_t sq = slow.qp(sqp, spd, slow.cq(scq_));
+
+  SECTION("create_ah") {
+    std::atomic<int> rc{1};
+    const auto t0 = clock::now();
+    std::thread t([&] { rc = create_ah(slow, spd, droce::shim::test::unreachable_gid()); });
+    REQUIRE(eventually([&] { return f.server.stats().parked_now == 1; }, 1000));
+    // Meanwhile another client is served at once, including its own resolution.
+    const auto q0 = clock::now();
+    for (int i = 0; i < 20; i++) CHECK(quick.pd() != 0);
+    ibv_port_attr pa{};
+    CHECK(quick.conn.call<Op::QueryPort>({1}, pa) == 0);
+    CHECK(create_ah(quick, qpd, dev_gid(1)) == 0);
+    const auto quick_ms = std::chrono::duration_cast<std::chrono::milliseconds>(clock::now() - q0).count();
+    CHECK(quick_ms < 500);
+    CHECK(rc.load() == 1);  // the slow client is still waiting
+    t.join();
+    const auto slow_ms = std::chrono::duration_cast<std::chrono::milliseconds>(clock::now() - t0).count();
+    CHECK(rc.load() == -EHOSTUNREACH);
+    CHECK(slow_ms >= 1400);
+    CHECK(slow_ms < 5000);
+    CHECK(f.server.stats().parked_now == 0);
+    CHECK(f.server.stats().objects[static_cast<int>(ObjKind::Ah)] == 1);  // quick's only
+  }
+  SECTION("modify_qp to RTR") {
+    Empty e;
+    ibv_qp_attr a{};
+    a.qp_state = IBV_QPS_INIT;
+    a.port_num = 1;
+    REQUIRE(slow.conn.call<Op::ModifyQp>({sq, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS, a},
+                                         e) == 0);
+    a.qp_state = IBV_QPS_RTR;
+    a.path_mtu = IBV_MTU_1024;
+    a.dest_qp_num = 5;
+    a.ah_attr = ah_to(droce::shim::test::unreachable_gid());
+    std::atomic<int> rc{1};
+    std::thread t([&] {
+      Empty e2;
+      rc = slow.conn.call<Op::ModifyQp>({sq, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN, a}, e2);
+    });
+    REQUIRE(eventually([&] { return f.server.stats().parked_now == 1; }, 1000));
+    const auto q0 = clock::now();
+    ClientCq qcq;
+    ClientQp qqp;
+    uint32_t qq = quick.qp(qqp, qpd, quick.cq(qcq));
+    QueryQpResp qr{};
+    CHECK(quick.conn.call<Op::QueryQp>({qq, 0}, qr) == 0);
+    const auto quick_ms = std::chrono::duration_cast<std::chrono::milliseconds>(clock::now() - q0).count();
+    CHECK(quick_ms < 500);
+    CHECK(rc.load() == 1);
+    t.join();
+    CHECK(rc.load() == -EHOSTUNREACH);
+    // Nothing changed: the QP is still in INIT.
+    CHECK(slow.conn.call<Op::QueryQp>({sq, 0}, qr) == 0);
+    CHECK(qr.attr.qp_state == IBV_QPS_INIT);
+  }
+  SECTION("a client killed while its request is parked is cleaned up") {
+    std::thread t([&] { create_ah(slow, spd, droce::shim::test::unreachable_gid()); });
+    REQUIRE(eventually([&] { return f.server.stats().parked_now == 1; }, 1000));
+    shutdown(slow.conn.fd(), SHUT_RDWR);
+    t.join();
+    CHECK(eventually([&] { return f.server.stats().clients == 1; }));
+    CHECK(f.server.stats().parked_now == 0);
+    CHECK(quick.pd() != 0);
+  }
+}
+
+namespace {
+// OpenAsync: the client's async event counter (before its objects, as the front does).
+int open_async(Cl& c) {
+  Empty r;
+  int fd = -1, nfd = 0;
+  REQUIRE(c.conn.call<Op::OpenAsync>({}, r, nullptr, 0, &fd, 1, &nfd) == 0);
+  REQUIRE(nfd == 1);
+  return fd;
+}
+// Waits for one count on the async fd, then asks which event (as ibv_get_async_event).
+bool next_event(Cl& c, int fd, AsyncEventResp& out, int ms = 5000) {
+  pollfd p{fd, POLLIN, 0};
+  if (poll(&p, 1, ms) != 1) return false;
+  uint64_t v = 0;
+  if (read(fd, &v, sizeof(v)) != sizeof(v)) return false;
+  return c.conn.call<Op::GetAsyncEvent>({}, out) == 0;
+}
+uint32_t qp_on_srq(Cl& c, ClientQp& qp, uint32_t pd, uint32_t cq, uint32_t srq, uint32_t* qpn) {
+  CreateQpReq q{pd, cq, cq, srq, IBV_QPT_RC, 0, {16, 0, 1, 0, 0}};
+  CreateQpResp r{};
+  int fd = -1, nfd = 0;
+  REQUIRE(c.conn.call<Op::CreateQp>(q, r, nullptr, 0, &fd, 1, &nfd) == 0);
+  REQUIRE(qp.attach(fd, r, true) == 0);
+  *qpn = r.qpn;
+  return r.handle;
+}
+}  // namespace
+
+// Errors reported, never silent: what was recorded or lost before now raises
+// the asynchronous events ibv_get_async_event delivers.
+TEST_CASE("async events: CQ overrun, last WQE reached, SRQ limit", "[shim][server][async]") {
+  Fixture f;
+  Cl a(f, 0), b(f, 1);
+  const int afd = open_async(a), bfd = open_async(b);
+  const uint32_t pda = a.pd(), pdb = b.pd();
+  auto* abuf = static_cast<uint8_t*>(alloc_shared(65536));
+  auto* bbuf = static_cast<uint8_t*>(alloc_shared(65536));
+  RegMrResp ma = a.mr(pda, abuf, 65536, IBV_ACCESS_LOCAL_WRITE);
+  RegMrResp mb = b.mr(pdb, bbuf, 65536, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  AsyncEventResp ev{};
+
+  SECTION("a CQ the client does not reap overruns: IBV_EVENT_CQ_ERR, its QP goes to ERR") {
+    ClientCq cq, bcq;
+    const uint32_t c = a.cq(cq, 4);
+    ClientQp qp, bqp;
+    uint32_t qpn = 0, bqpn = 0;
+    const uint32_t q = a.qp(qp, pda, c, IBV_QPT_RC, &qpn);
+    const uint32_t bq = b.qp(bqp, pdb, b.cq(bcq), IBV_QPT_RC, &bqpn);
+    a.to_rts(q, bqpn, 1);
+    b.to_rts(bq, qpn, 0);
+    // 64 signaled WRITEs into a CQ of a few entries that nobody polls.
+    for (int i = 0; i < 64; i++) {
+      droce_shm_send_wqe w{};
+      w.wr_id = static_cast<uint64_t>(i);
+      w.opcode = DROCE_WR_RDMA_WRITE;
+      w.send_flags = DROCE_SEND_SIGNALED;
+      w.remote_addr = reinterpret_cast<uint64_t>(bbuf) + 64 * i;
+      w.rkey = mb.rkey;
+      w.num_sge = 1;
+      w.u.sge[0] = {reinterpret_cast<uint64_t>(abuf), 64, ma.lkey};
+      REQUIRE(qp.sq.try_push(w));
+    }
+    REQUIRE(next_event(a, afd, ev));
+    CHECK(ev.event_type == IBV_EVENT_CQ_ERR);
+    CHECK(ev.handle == c);
+    REQUIRE(next_event(a, afd, ev));  // the QP of that CQ, moved to ERR
+    CHECK(ev.event_type == IBV_EVENT_QP_FATAL);
+    CHECK(ev.handle == q);
+    QueryQpResp qr{};
+    REQUIRE(a.conn.call<Op::QueryQp>({q, 0}, qr) == 0);
+    CHECK(qr.attr.qp_state == IBV_QPS_ERR);
+    CHECK(f.backend.stats().async_events >= 2);
+  }
+  SECTION("a QP on an SRQ moved to ERR: IBV_EVENT_QP_LAST_WQE_REACHED (no QP_FATAL)") {
+    CreateSrqResp sr{};
+    int fd = -1, nfd = 0;
+    REQUIRE(b.conn.call<Op::CreateSrq>({pdb, 0, {16, 1, 0}}, sr, nullptr, 0, &fd, 1, &nfd) == 0);
+    ClientSrq srq;
+    REQUIRE(srq.attach(fd, sr) == 0);
+    ClientCq bcq;
+    ClientQp bqp;
+    uint32_t bqpn = 0;
+    const uint32_t bq = qp_on_srq(b, bqp, pdb, b.cq(bcq), sr.handle, &bqpn);
+    b.to_rts(bq, 1, 0);
+    ibv_qp_attr at{};
+    at.qp_state = IBV_QPS_ERR;
+    Empty e;
+    REQUIRE(b.conn.call<Op::ModifyQp>({bq, IBV_QP_STATE, at}, e) == 0);
+    REQUIRE(next_event(b, bfd, ev));
+    CHECK(ev.event_type == IBV_EVENT_QP_LAST_WQE_REACHED);
+    CHECK(ev.handle == bq);
+    pollfd p{bfd, POLLIN, 0};
+    CHECK(poll(&p, 1, 100) == 0);  // and nothing else
+  }
+  SECTION("an armed SRQ that drops below its limit: IBV_EVENT_SRQ_LIMIT_REACHED, once, then disarmed") {
+    CreateSrqResp sr{};
+    int fd = -1, nfd = 0;
+    REQUIRE(b.conn.call<Op::CreateSrq>({pdb, 0, {16, 1, 0}}, sr, nullptr, 0, &fd, 1, &nfd) == 0);
+    ClientSrq srq;
+    REQUIRE(srq.attach(fd, sr) == 0);
+    ClientCq acq, bcq;
+    ClientQp aqp, bqp;
+    uint32_t aqpn = 0, bqpn = 0;
+    const uint32_t bc = b.cq(bcq);
+    const uint32_t bq = qp_on_srq(b, bqp, pdb, bc, sr.handle, &bqpn);
+    const uint32_t aq = a.qp(aqp, pda, a.cq(acq), IBV_QPT_RC, &aqpn);
+    a.to_rts(aq, bqpn, 1);
+    b.to_rts(bq, aqpn, 0);
+    for (uint32_t i = 0; i < 8; i++) {
+      droce_shm_recv_wqe r{};
+      r.wr_id = i;
+      r.num_sge = 1;
+      r.sge[0] = {reinterpret_cast<uint64_t>(bbuf) + 1024 * i, 1024, mb.lkey};
+      REQUIRE(srq.rq.try_push(r));
+    }
+    ibv_srq_attr lim{};
+    lim.srq_limit = 4;
+    Empty e;
+    REQUIRE(b.conn.call<Op::ModifySrq>({sr.handle, IBV_SRQ_LIMIT, lim}, e) == 0);
+    ibv_srq_attr qa{};
+    REQUIRE(b.conn.call<Op::QuerySrq>({sr.handle}, qa) == 0);
+    CHECK(qa.srq_limit == 4);
+    pollfd p{bfd, POLLIN, 0};
+    CHECK(poll(&p, 1, 100) == 0);  // 8 WQEs: above the limit
+    droce_shm_cqe cqe{};
+    for (uint32_t i = 0; i < 5; i++) {  // 8 - 5 = 3 < 4
+      droce_shm_send_wqe w{};
+      w.wr_id = i;
+      w.opcode = DROCE_WR_SEND;
+      w.send_flags = DROCE_SEND_SIGNALED;
+      w.num_sge = 1;
+      w.u.sge[0] = {reinterpret_cast<uint64_t>(abuf), 100, ma.lkey};
+      REQUIRE(aqp.sq.try_push(w));
+      REQUIRE(wait_cqe(acq, cqe));
+      CHECK(cqe.status == IBV_WC_SUCCESS);
+      REQUIRE(wait_cqe(bcq, cqe));
+    }
+    REQUIRE(next_event(b, bfd, ev));
+    CHECK(ev.event_type == IBV_EVENT_SRQ_LIMIT_REACHED);
+    CHECK(ev.handle == sr.handle);
+    REQUIRE(b.conn.call<Op::QuerySrq>({sr.handle}, qa) == 0);
+    CHECK(qa.srq_limit == 0);  // disarmed
+    // One more receive consumed: no second event while disarmed.
+    droce_shm_send_wqe w{};
+    w.opcode = DROCE_WR_SEND;
+    w.send_flags = DROCE_SEND_SIGNALED;
+    w.num_sge = 1;
+    w.u.sge[0] = {reinterpret_cast<uint64_t>(abuf), 100, ma.lkey};
+    REQUIRE(aqp.sq.try_push(w));
+    REQUIRE(wait_cqe(bcq, cqe));
+    CHECK(poll(&p, 1, 100) == 0);
+  }
+  close(afd);
+  close(bfd);
+  free_shared(abuf);
+  free_shared(bbuf);
 }

@@ -74,7 +74,9 @@ struct FContext {
   struct Async {
     std::mutex mu;
     bool fatal_reported = false;
-    std::map<uint32_t, ibv_qp*> qps;  // handle -> QP, for the events' element.qp
+    std::map<uint32_t, ibv_qp*> qps;    // handle -> QP, for the events' element.qp
+    std::map<uint32_t, ibv_cq*> cqs;    // element.cq (IBV_EVENT_CQ_ERR)
+    std::map<uint32_t, ibv_srq*> srqs;  // element.srq (IBV_EVENT_SRQ_*)
   };
   Async* async;  // behind a pointer: FContext stays standard-layout
 };
@@ -741,6 +743,11 @@ DROCE_EXPORT ibv_cq* ibv_create_cq(ibv_context* c, int cqe, void* cq_context, ib
     f->channel = ch;
     ch->cqs.push_back(f);
   }
+  {
+    FContext::Async& as = *ctx_of(c)->async;
+    std::lock_guard<std::mutex> g(as.mu);
+    as.cqs[r.handle] = &f->cq;
+  }
   return &f->cq;
 }
 
@@ -753,6 +760,11 @@ DROCE_EXPORT int ibv_destroy_cq(ibv_cq* cq) {
     std::lock_guard<std::mutex> g(f->channel->mu);
     auto& v = f->channel->cqs;
     v.erase(std::remove(v.begin(), v.end(), f), v.end());
+  }
+  {
+    FContext::Async& as = *ctx_of(cq->context)->async;
+    std::lock_guard<std::mutex> g(as.mu);
+    as.cqs.erase(f->handle);
   }
   pthread_mutex_destroy(&cq->mutex);
   pthread_cond_destroy(&cq->cond);
@@ -819,6 +831,11 @@ DROCE_EXPORT ibv_srq* ibv_create_srq(ibv_pd* pd, ibv_srq_init_attr* init) {
   pthread_mutex_init(&f->srq.mutex, nullptr);
   pthread_cond_init(&f->srq.cond, nullptr);
   init->attr = r.attr;
+  {
+    FContext::Async& as = *ctx_of(pd->context)->async;
+    std::lock_guard<std::mutex> g(as.mu);
+    as.srqs[r.handle] = &f->srq;
+  }
   return &f->srq;
 }
 
@@ -837,6 +854,11 @@ DROCE_EXPORT int ibv_destroy_srq(ibv_srq* srq) {
   auto* f = reinterpret_cast<FSrq*>(srq);
   int rc = conn_of(srq->context).call<Op::DestroySrq>({f->handle}, e);
   if (rc != 0) return -rc;
+  {
+    FContext::Async& as = *ctx_of(srq->context)->async;
+    std::lock_guard<std::mutex> g(as.mu);
+    as.srqs.erase(f->handle);
+  }
   pthread_mutex_destroy(&srq->mutex);
   pthread_cond_destroy(&srq->cond);
   delete_obj(f);
@@ -1001,8 +1023,10 @@ DROCE_EXPORT int ibv_attach_mcast(ibv_qp*, const ibv_gid*, uint16_t) { return EO
 DROCE_EXPORT int ibv_detach_mcast(ibv_qp*, const ibv_gid*, uint16_t) { return EOPNOTSUPP; }
 
 // ---- asynchronous events ----------------------------------------------------------
-// IBV_EVENT_QP_FATAL when a QP goes to ERR by itself (the daemon counts it on
-// events_fd, GetAsyncEvent names the QP); IBV_EVENT_DEVICE_FATAL once when the
+// IBV_EVENT_QP_FATAL when a QP goes to ERR by itself, IBV_EVENT_QP_LAST_WQE_REACHED
+// when a QP on an SRQ goes to ERR, IBV_EVENT_CQ_ERR on a CQ overrun,
+// IBV_EVENT_SRQ_LIMIT_REACHED (the daemon counts each on events_fd,
+// GetAsyncEvent names the object); IBV_EVENT_DEVICE_FATAL once when the
 // daemon goes away (the control socket hangs up). Blocks unless the program
 // made async_fd nonblocking (then -1 with EAGAIN), as rdma-core's.
 
@@ -1041,11 +1065,22 @@ DROCE_EXPORT int ibv_get_async_event(ibv_context* c, ibv_async_event* ev) {
         AsyncEventResp r{};
         if (f->conn.call<Op::GetAsyncEvent>({}, r) == 0) {
           std::lock_guard<std::mutex> g(as.mu);
-          auto it = as.qps.find(r.handle);
-          if (it != as.qps.end()) {  // else the QP was destroyed meanwhile
-            *ev = ibv_async_event{};
+          const auto type = static_cast<ibv_event_type>(r.event_type);
+          *ev = ibv_async_event{};
+          ev->event_type = type;
+          // The element the event is about (it may have been destroyed meanwhile).
+          if (type == IBV_EVENT_CQ_ERR) {
+            if (auto it = as.cqs.find(r.handle); it != as.cqs.end()) {
+              ev->element.cq = it->second;
+              return 0;
+            }
+          } else if (type == IBV_EVENT_SRQ_LIMIT_REACHED || type == IBV_EVENT_SRQ_ERR) {
+            if (auto it = as.srqs.find(r.handle); it != as.srqs.end()) {
+              ev->element.srq = it->second;
+              return 0;
+            }
+          } else if (auto it = as.qps.find(r.handle); it != as.qps.end()) {
             ev->element.qp = it->second;
-            ev->event_type = static_cast<ibv_event_type>(r.event_type);
             return 0;
           }
         }

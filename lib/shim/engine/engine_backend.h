@@ -31,7 +31,7 @@
 #include "shim/backend.h"
 #include "shim/ring.h"
 
-namespace droce::daemon {
+namespace droce::shim {
 
 // The IP TTL (IPv4) / hop limit (IPv6) of every RoCEv2 packet the shim's QPs and AHs send:
 // the route's default, 64. Linux does the same for any RoCE device (rxe, mlx5, ...): ib_core's
@@ -51,7 +51,7 @@ struct ShimBackendStats {
   uint64_t sq_wqes = 0, rq_wqes = 0, cqes = 0, bad_wqes = 0, corrupt_rings = 0, events = 0, async_events = 0;
 };
 
-class EngineShimBackend final : public shim::ShimBackend {
+class EngineShimBackend final : public ShimBackend {
  public:
   EngineShimBackend(engine::Dataplane& dp, const config::Config& cfg);
   ~EngineShimBackend() override;
@@ -61,28 +61,30 @@ class EngineShimBackend final : public shim::ShimBackend {
   ShimBackendStats stats() const;
 
   uint32_t device_count() override;
-  int device_info(uint32_t dev, shim::proto::DeviceInfo& out) override;
+  int device_info(uint32_t dev, proto::DeviceInfo& out) override;
   int query_device(uint32_t dev, ibv_device_attr& out) override;
   int query_port(uint32_t dev, uint32_t port, ibv_port_attr& out) override;
   int query_gid_table(uint32_t dev, uint32_t port, ibv_gid_entry* out, uint32_t max) override;
-  int alloc_pd(const shim::ClientInfo& c, shim::ObjId& out) override;
-  int dealloc_pd(const shim::ClientInfo& c, shim::ObjId pd) override;
-  int reg_mr(const shim::ClientInfo& c, const shim::MrSetup& s, shim::MrResult& out) override;
-  int dereg_mr(const shim::ClientInfo& c, shim::ObjId mr) override;
-  int create_cq(const shim::ClientInfo& c, const shim::CqSetup& s, shim::CqResult& out) override;
-  int destroy_cq(const shim::ClientInfo& c, shim::ObjId cq) override;
-  int create_srq(const shim::ClientInfo& c, const shim::SrqSetup& s, shim::SrqResult& out) override;
-  int modify_srq(const shim::ClientInfo& c, shim::ObjId srq, const ibv_srq_attr& a, uint32_t mask) override;
-  int query_srq(const shim::ClientInfo& c, shim::ObjId srq, ibv_srq_attr& out) override;
-  int destroy_srq(const shim::ClientInfo& c, shim::ObjId srq) override;
-  int create_qp(const shim::ClientInfo& c, const shim::QpSetup& s, shim::QpResult& out) override;
-  int modify_qp(const shim::ClientInfo& c, shim::ObjId qp, const ibv_qp_attr& a, uint32_t mask) override;
-  int query_qp(const shim::ClientInfo& c, shim::ObjId qp, uint32_t mask, ibv_qp_attr& out) override;
-  int destroy_qp(const shim::ClientInfo& c, shim::ObjId qp) override;
-  int create_ah(const shim::ClientInfo& c, shim::ObjId pd, const ibv_ah_attr& a, shim::AhResult& out) override;
-  int destroy_ah(const shim::ClientInfo& c, shim::ObjId ah) override;
-  void client_gone(const shim::ClientInfo& c) override;
-  uint32_t take_qp_event(const shim::ClientInfo& c, shim::ObjId qp) override;
+  int alloc_pd(const ClientInfo& c, ObjId& out) override;
+  int dealloc_pd(const ClientInfo& c, ObjId pd) override;
+  int reg_mr(const ClientInfo& c, const MrSetup& s, MrResult& out) override;
+  int dereg_mr(const ClientInfo& c, ObjId mr) override;
+  int create_cq(const ClientInfo& c, const CqSetup& s, CqResult& out) override;
+  int destroy_cq(const ClientInfo& c, ObjId cq) override;
+  int create_srq(const ClientInfo& c, const SrqSetup& s, SrqResult& out) override;
+  int modify_srq(const ClientInfo& c, ObjId srq, const ibv_srq_attr& a, uint32_t mask) override;
+  int query_srq(const ClientInfo& c, ObjId srq, ibv_srq_attr& out) override;
+  int destroy_srq(const ClientInfo& c, ObjId srq) override;
+  int create_qp(const ClientInfo& c, const QpSetup& s, QpResult& out) override;
+  int modify_qp(const ClientInfo& c, ObjId qp, const ibv_qp_attr& a, uint32_t mask) override;
+  int query_qp(const ClientInfo& c, ObjId qp, uint32_t mask, ibv_qp_attr& out) override;
+  int destroy_qp(const ClientInfo& c, ObjId qp) override;
+  int create_ah(const ClientInfo& c, ObjId pd, const ibv_ah_attr& a, AhResult& out) override;
+  int destroy_ah(const ClientInfo& c, ObjId ah) override;
+  void client_gone(const ClientInfo& c) override;
+  bool take_qp_event(const ClientInfo& c, ObjId qp, uint32_t& type) override;
+  bool take_cq_event(const ClientInfo& c, ObjId cq, uint32_t& type) override;
+  bool take_srq_event(const ClientInfo& c, ObjId srq, uint32_t& type) override;
 
   static constexpr uint32_t kMaxAhs = 4096;
 
@@ -100,7 +102,7 @@ class EngineShimBackend final : public shim::ShimBackend {
 
   // Runs fn on core i; -ETIMEDOUT when the core did not answer.
   int on_core(size_t core, std::function<int(engine::CoreLoop&)> fn);
-  int core_of(const shim::ClientInfo& c);
+  int core_of(const ClientInfo& c);
   int to_ah(uint32_t port, const ibv_ah_attr& a, verbs::Ah& out);
   uint32_t poll_core(Core& k) noexcept;
   uint32_t drain_qp(Core& k, Qp& q) noexcept;
@@ -109,6 +111,7 @@ class EngineShimBackend final : public shim::ShimBackend {
   void check_async(Core& k, Qp& q, verbs::QpState st) noexcept;
   uint32_t drain_srq(Core& k, Srq& s) noexcept;
   uint32_t drain_cq(Core& k, Cq& c) noexcept;
+  void cq_overrun(Core& k, Cq& c) noexcept;
   // A bad work request: counted, completed in error, the QP to ERR.
   void qp_error(Core& k, Qp& q, verbs::Cq* cq, uint64_t wr_id, verbs::WcStatus st, bool send) noexcept;
 
@@ -121,10 +124,10 @@ class EngineShimBackend final : public shim::ShimBackend {
   std::vector<uint32_t> free_ahs_;
   // Control-thread state (the ShimServer thread).
   std::map<uint64_t, int> client_core_;  // client id -> core
-  std::map<shim::ObjId, std::unique_ptr<Cq>> cqs_;
-  std::map<shim::ObjId, std::unique_ptr<Srq>> srqs_;
-  std::map<shim::ObjId, std::unique_ptr<Qp>> qps_;
-  shim::ObjId next_id_ = 1;
+  std::map<ObjId, std::unique_ptr<Cq>> cqs_;
+  std::map<ObjId, std::unique_ptr<Srq>> srqs_;
+  std::map<ObjId, std::unique_ptr<Qp>> qps_;
+  ObjId next_id_ = 1;
 };
 
-}  // namespace droce::daemon
+}  // namespace droce::shim

@@ -1,4 +1,4 @@
-#include "shim_backend.h"
+#include "shim/engine/engine_backend.h"
 
 #include <arpa/inet.h>
 #include <unistd.h>
@@ -11,10 +11,8 @@
 #include "netstack/gid_table.h"
 #include "verbs/queues.h"
 
-namespace droce::daemon {
+namespace droce::shim {
 
-using shim::ClientInfo;
-using shim::ObjId;
 
 namespace {
 constexpr uint32_t kBatch = 32;
@@ -25,6 +23,32 @@ struct Ctr {
   void add(uint64_t n) noexcept { v.store(v.load(std::memory_order_relaxed) + n, std::memory_order_relaxed); }
   uint64_t get() const noexcept { return v.load(std::memory_order_relaxed); }
 };
+
+// An asynchronous event for one object: recorded as a bit (taken by the
+// control thread), counted, and one count on the client's async eventfd.
+void raise_event(std::atomic<uint32_t>& events, uint32_t type, int fd, Ctr& ctr) noexcept {
+  events.fetch_or(1u << type, std::memory_order_release);
+  ctr.add(1);
+  if (fd >= 0) {
+    uint64_t one = 1;
+    if (write(fd, &one, sizeof(one)) < 0) {
+      // counter saturated: the client does not read its events
+    }
+  }
+}
+
+// Takes the lowest pending event: true and its type, or false.
+bool take_event(std::atomic<uint32_t>& events, uint32_t& type) noexcept {
+  uint32_t v = events.load(std::memory_order_acquire);
+  while (v != 0) {
+    const uint32_t bit = v & (~v + 1);
+    if (events.compare_exchange_weak(v, v & ~bit, std::memory_order_acq_rel)) {
+      type = static_cast<uint32_t>(__builtin_ctz(bit));
+      return true;
+    }
+  }
+  return false;
+}
 
 verbs::Mtu mtu_enum(uint32_t bytes) {
   switch (bytes) {
@@ -42,9 +66,14 @@ struct EngineShimBackend::Cq {
   uint32_t port = 0;
   transport::Engine* eng = nullptr;
   verbs::Cq* ecq = nullptr;
-  shim::RingProducer<droce_shm_cqe> ring;
+  RingProducer<droce_shm_cqe> ring;
   int efd = -1;
   bool dead = false;  // ring corrupt: nothing more is written
+  // Asynchronous events (core thread, except `events`).
+  int async_fd = -1;              // the client's, owned by the ShimServer
+  uint64_t overruns_seen = 0;     // engine CQ overruns already reported
+  bool err = false;               // overran: in error for good (IBV_EVENT_CQ_ERR raised)
+  std::atomic<uint32_t> events{0};  // pending ibv_event_type bits, taken by the control thread
 };
 
 struct EngineShimBackend::Srq {
@@ -52,10 +81,15 @@ struct EngineShimBackend::Srq {
   uint32_t port = 0;
   transport::Engine* eng = nullptr;
   verbs::Srq* esrq = nullptr;
-  shim::RingConsumer<droce_shm_recv_wqe> ring;
+  RingConsumer<droce_shm_recv_wqe> ring;
   uint32_t max_sge = 1;
   ibv_srq_attr attr{};
   bool dead = false;
+  // ibv_modify_srq(IBV_SRQ_LIMIT) arms it (control thread); the core raises
+  // IBV_EVENT_SRQ_LIMIT_REACHED once when fewer WQEs than that remain, and disarms.
+  std::atomic<uint32_t> limit{0};
+  int async_fd = -1;
+  std::atomic<uint32_t> events{0};
 };
 
 struct EngineShimBackend::Qp {
@@ -68,8 +102,9 @@ struct EngineShimBackend::Qp {
   transport::Qp* eqp = nullptr;
   Cq* scq = nullptr;
   Cq* rcq = nullptr;
-  shim::RingConsumer<droce_shm_send_wqe> sq;
-  shim::RingConsumer<droce_shm_recv_wqe> rq;
+  Srq* srq = nullptr;
+  RingConsumer<droce_shm_send_wqe> sq;
+  RingConsumer<droce_shm_recv_wqe> rq;
   bool has_rq = false;
   uint32_t max_send_sge = 1, max_recv_sge = 1;
   bool dead = false;
@@ -77,7 +112,7 @@ struct EngineShimBackend::Qp {
   int async_fd = -1;             // the client's, owned by the ShimServer
   bool err_seen = false;         // the current stay in ERR was looked at
   bool app_err = false;          // the client moved the QP to ERR itself
-  std::atomic<uint32_t> event{0};  // pending ibv_event_type, taken by the control thread
+  std::atomic<uint32_t> events{0};  // pending ibv_event_type bits, taken by the control thread
 };
 
 struct EngineShimBackend::Core {
@@ -144,7 +179,7 @@ int EngineShimBackend::core_of(const ClientInfo& c) {
 
 uint32_t EngineShimBackend::device_count() { return static_cast<uint32_t>(dp_.port_count()); }
 
-int EngineShimBackend::device_info(uint32_t dev, shim::proto::DeviceInfo& out) {
+int EngineShimBackend::device_info(uint32_t dev, proto::DeviceInfo& out) {
   if (dev >= dp_.port_count()) return -ENODEV;
   std::snprintf(out.name, sizeof(out.name), "droce%u", dev);
   const wire::MacAddr m = dp_.port(dev).host.mac;
@@ -158,7 +193,7 @@ int EngineShimBackend::device_info(uint32_t dev, shim::proto::DeviceInfo& out) {
 }
 
 int EngineShimBackend::query_device(uint32_t dev, ibv_device_attr& a) {
-  shim::proto::DeviceInfo di{};
+  proto::DeviceInfo di{};
   if (int rc = device_info(dev, di)) return rc;
   a = ibv_device_attr{};
   std::snprintf(a.fw_ver, sizeof(a.fw_ver), "droce 0.1.0");
@@ -233,7 +268,7 @@ int EngineShimBackend::alloc_pd(const ClientInfo&, ObjId& out) {
 
 int EngineShimBackend::dealloc_pd(const ClientInfo&, ObjId) { return 0; }
 
-int EngineShimBackend::reg_mr(const ClientInfo& c, const shim::MrSetup& s, shim::MrResult& out) {
+int EngineShimBackend::reg_mr(const ClientInfo& c, const MrSetup& s, MrResult& out) {
   if (c.dev >= dp_.port_count()) return -ENODEV;
   if (s.access & ~verbs::kAccessAll & ~static_cast<uint32_t>(IBV_ACCESS_ZERO_BASED | IBV_ACCESS_RELAXED_ORDERING))
     return -EINVAL;  // MW bind, on-demand paging, ... are not offered
@@ -256,13 +291,14 @@ int EngineShimBackend::dereg_mr(const ClientInfo&, ObjId mr) {
 
 // ---- CQ ----
 
-int EngineShimBackend::create_cq(const ClientInfo& c, const shim::CqSetup& s, shim::CqResult& out) {
+int EngineShimBackend::create_cq(const ClientInfo& c, const CqSetup& s, CqResult& out) {
   const int core = core_of(c);
   if (core < 0) return core;
   auto cq = std::make_unique<Cq>();
   cq->core = static_cast<size_t>(core);
   cq->port = c.dev;
   cq->efd = s.eventfd;
+  cq->async_fd = s.async_eventfd;
   if (!cq->ring.attach(s.ring, s.ring_entries)) return -EINVAL;
   Cq* p = cq.get();
   Core* k = cores_[cq->core].get();
@@ -304,7 +340,7 @@ int EngineShimBackend::destroy_cq(const ClientInfo&, ObjId id) {
 
 // ---- SRQ ----
 
-int EngineShimBackend::create_srq(const ClientInfo& c, const shim::SrqSetup& s, shim::SrqResult& out) {
+int EngineShimBackend::create_srq(const ClientInfo& c, const SrqSetup& s, SrqResult& out) {
   const int core = core_of(c);
   if (core < 0) return core;
   if (s.attr.max_sge > verbs::kMaxSge) return -EINVAL;
@@ -313,6 +349,8 @@ int EngineShimBackend::create_srq(const ClientInfo& c, const shim::SrqSetup& s, 
   q->port = c.dev;
   q->attr = s.attr;
   q->max_sge = s.attr.max_sge;
+  q->async_fd = s.async_eventfd;
+  q->limit.store(s.attr.srq_limit, std::memory_order_relaxed);
   if (!q->ring.attach(s.ring, s.ring_entries)) return -EINVAL;
   Srq* p = q.get();
   Core* k = cores_[q->core].get();
@@ -342,7 +380,8 @@ int EngineShimBackend::modify_srq(const ClientInfo&, ObjId id, const ibv_srq_att
   if (mask & IBV_SRQ_MAX_WR) return -EOPNOTSUPP;  // no resize
   if (mask & IBV_SRQ_LIMIT) {
     if (a.srq_limit > it->second->attr.max_wr) return -EINVAL;
-    it->second->attr.srq_limit = a.srq_limit;  // recorded; no asynchronous events (README)
+    // Armed (0 disarms): the SRQ's core raises IBV_EVENT_SRQ_LIMIT_REACHED.
+    it->second->limit.store(a.srq_limit, std::memory_order_release);
   }
   return 0;
 }
@@ -351,6 +390,7 @@ int EngineShimBackend::query_srq(const ClientInfo&, ObjId id, ibv_srq_attr& out)
   auto it = srqs_.find(id);
   if (it == srqs_.end()) return -ENOENT;
   out = it->second->attr;
+  out.srq_limit = it->second->limit.load(std::memory_order_acquire);  // 0 once the event fired
   return 0;
 }
 
@@ -371,7 +411,7 @@ int EngineShimBackend::destroy_srq(const ClientInfo&, ObjId id) {
 
 // ---- QP ----
 
-int EngineShimBackend::create_qp(const ClientInfo& c, const shim::QpSetup& s, shim::QpResult& out) {
+int EngineShimBackend::create_qp(const ClientInfo& c, const QpSetup& s, QpResult& out) {
   const int core = core_of(c);
   if (core < 0) return core;
   verbs::QpType type;
@@ -397,6 +437,7 @@ int EngineShimBackend::create_qp(const ClientInfo& c, const shim::QpSetup& s, sh
   q->type = type;
   q->scq = scq->second.get();
   q->rcq = rcq->second.get();
+  q->srq = srq;
   if (q->scq->core != q->core || q->rcq->core != q->core || (srq && srq->core != q->core)) return -EINVAL;
   q->async_fd = s.async_eventfd;
   q->max_send_sge = std::max<uint32_t>(s.cap.max_send_sge, 1);
@@ -457,8 +498,14 @@ int ah_from_verbs(const ibv_ah_attr& a, size_t gid_count, uint8_t port_tclass, v
 
 int EngineShimBackend::to_ah(uint32_t port, const ibv_ah_attr& a, verbs::Ah& out) {
   if (int rc = ah_from_verbs(a, dp_.gids(port).size(), dp_.tclass(port), out)) return rc;
-  if (!dp_.resolve(port, out.dgid, out.dmac)) return -EHOSTUNREACH;
-  return 0;
+  // Never waits for the answer: the ShimServer parks the client's request on
+  // -EINPROGRESS and serves the other clients until it calls again.
+  switch (dp_.resolve_step(port, out.dgid, out.dmac)) {
+    case engine::Dataplane::ResolveStep::Ready: return 0;
+    case engine::Dataplane::ResolveStep::Pending: return -EINPROGRESS;
+    case engine::Dataplane::ResolveStep::Failed: break;
+  }
+  return -EHOSTUNREACH;
 }
 
 int EngineShimBackend::modify_qp(const ClientInfo&, ObjId id, const ibv_qp_attr& a, uint32_t mask) {
@@ -558,7 +605,7 @@ int EngineShimBackend::destroy_qp(const ClientInfo&, ObjId id) {
 
 // ---- AH ----
 
-int EngineShimBackend::create_ah(const ClientInfo& c, ObjId pd, const ibv_ah_attr& a, shim::AhResult& out) {
+int EngineShimBackend::create_ah(const ClientInfo& c, ObjId pd, const ibv_ah_attr& a, AhResult& out) {
   if (c.dev >= dp_.port_count()) return -ENODEV;
   if (free_ahs_.empty()) return -ENOMEM;
   verbs::Ah ah;
@@ -588,9 +635,19 @@ int EngineShimBackend::destroy_ah(const ClientInfo&, ObjId id) {
 
 void EngineShimBackend::client_gone(const ClientInfo& c) { client_core_.erase(c.id); }
 
-uint32_t EngineShimBackend::take_qp_event(const ClientInfo&, ObjId id) {
+bool EngineShimBackend::take_qp_event(const ClientInfo&, ObjId id, uint32_t& type) {
   auto it = qps_.find(id);
-  return it == qps_.end() ? 0 : it->second->event.exchange(0, std::memory_order_acquire);
+  return it != qps_.end() && take_event(it->second->events, type);
+}
+
+bool EngineShimBackend::take_cq_event(const ClientInfo&, ObjId id, uint32_t& type) {
+  auto it = cqs_.find(id);
+  return it != cqs_.end() && take_event(it->second->events, type);
+}
+
+bool EngineShimBackend::take_srq_event(const ClientInfo&, ObjId id, uint32_t& type) {
+  auto it = srqs_.find(id);
+  return it != srqs_.end() && take_event(it->second->events, type);
 }
 
 // ---- data path (core threads) ----
@@ -641,16 +698,12 @@ void EngineShimBackend::check_async(Core& k, Qp& q, verbs::QpState st) noexcept 
   }
   if (q.err_seen) return;
   q.err_seen = true;
-  if (q.app_err) return;  // modify_qp(ERR) is no event
-  // The QP went to ERR by itself (retries exceeded, remote error, bad WQE, ...).
-  q.event.store(IBV_EVENT_QP_FATAL, std::memory_order_release);
-  k.async_events.add(1);
-  if (q.async_fd >= 0) {
-    uint64_t one = 1;
-    if (write(q.async_fd, &one, sizeof(one)) < 0) {
-      // counter saturated: the client does not read its events
-    }
-  }
+  // The QP went to ERR by itself (retries exceeded, remote error, bad WQE, CQ
+  // overrun, ...); modify_qp(ERR) is no QP_FATAL.
+  if (!q.app_err) raise_event(q.events, IBV_EVENT_QP_FATAL, q.async_fd, k.async_events);
+  // On an SRQ, any way into ERR: the QP takes no more WQEs from the SRQ (the
+  // event programs wait for before destroying such a QP).
+  if (q.srq) raise_event(q.events, IBV_EVENT_QP_LAST_WQE_REACHED, q.async_fd, k.async_events);
 }
 
 // Receive ring: into the engine's RQ while it has room.
@@ -767,10 +820,33 @@ uint32_t EngineShimBackend::drain_srq(Core& k, Srq& s) noexcept {
   }
   release(s.ring, i, k.rq_wqes);
   ring_corrupt(s.ring, s.dead, k.corrupt);
+  // Armed limit: fewer WQEs left (in the engine's SRQ and still in the ring) than it.
+  const uint32_t lim = s.limit.load(std::memory_order_acquire);
+  if (lim != 0 && s.esrq->count() + s.ring.available() < lim) {
+    uint32_t expect = lim;
+    if (s.limit.compare_exchange_strong(expect, 0, std::memory_order_acq_rel))  // one event per arm
+      raise_event(s.events, IBV_EVENT_SRQ_LIMIT_REACHED, s.async_fd, k.async_events);
+  }
   return i;
 }
 
+void EngineShimBackend::cq_overrun(Core& k, Cq& c) noexcept {
+  c.overruns_seen = c.ecq->overruns();
+  if (c.err) return;
+  c.err = true;
+  // Completions were lost: the CQ is in error and so is every QP that uses it
+  // (each QP then raises its own QP_FATAL), as on a kernel device.
+  raise_event(c.events, IBV_EVENT_CQ_ERR, c.async_fd, k.async_events);
+  for (Qp* q : k.qps) {
+    if (q->scq != &c && q->rcq != &c) continue;
+    verbs::QpAttr a;
+    a.qp_state = verbs::QpState::Err;
+    q->eng->modify_qp(q->qpn, a, verbs::kQpState);
+  }
+}
+
 uint32_t EngineShimBackend::drain_cq(Core& k, Cq& c) noexcept {
+  if (c.ecq->overruns() != c.overruns_seen) cq_overrun(k, c);
   if (c.dead || c.ecq->pending() == 0) return 0;
   uint32_t room = c.ring.free_slots(kBatch);
   if (c.ring.corrupt()) {
@@ -806,7 +882,7 @@ uint32_t EngineShimBackend::drain_cq(Core& k, Cq& c) noexcept {
   // The engine does not record the solicited bit: a solicited-only arm is
   // woken by the next completion (a spurious wake-up, never a lost one).
   (void)error;
-  if (shim::cq_consume_arm(c.ring.hdr(), true) && c.efd >= 0) {
+  if (cq_consume_arm(c.ring.hdr(), true) && c.efd >= 0) {
     k.events.add(1);
     uint64_t one = 1;
     if (write(c.efd, &one, sizeof(one)) < 0) {
@@ -826,4 +902,4 @@ uint32_t EngineShimBackend::poll_core(Core& k) noexcept {
   return work + cqes;
 }
 
-}  // namespace droce::daemon
+}  // namespace droce::shim
