@@ -490,6 +490,9 @@ Dataplane::Dataplane(DataplaneConfig cfg) : cfg_(std::move(cfg)) {
           throw DataplaneError(std::string("rte_ring_create ") + name + ": " + rte_strerror(rte_errno));
       }
   }
+  // One MR key stream per port: its engines replicate the MR table (same keys everywhere).
+  std::vector<uint64_t> key_seeds(ports_.size());
+  for (auto& k : key_seeds) k = cfg_.engine.key_seed ? cfg_.engine.key_seed : verbs::random_seed();
   for (auto& cp : cores_) {
     CoreLoop& c = *cp;
     for (auto& s : c.slots_) {
@@ -507,6 +510,8 @@ Dataplane::Dataplane(DataplaneConfig cfg) : cfg_(std::move(cfg)) {
         if (slot == wire::Gid{}) slot = g;
       }
       ec.ecn = spec.ecn;
+      ec.key_seed = key_seeds[s.port];
+      ec.max_mtu = verbs::max_mtu_for_link(spec.port->mtu());
       ec.qpn_stride = static_cast<uint32_t>(ps.cores.size());
       ec.qpn_offset = s.index;
       ec.mr_mem_bytes = verbs::MrTable::bytes_for(ec.max_mrs);

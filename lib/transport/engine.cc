@@ -21,6 +21,7 @@ constexpr const char* kCtrNames[] = {
     "ud_len_drop",       "ce_received",        "cnp_sent",          "cnp_suppressed",
     "cnp_received",      "cq_overrun",        "tx_zero_copy",      "tx_copied",         "ack_lost_on_destroy",
     "window_cuts",       "rx_bad_rkey",        "rx_bad_va",         "rx_bad_length",
+    "resp_mr_gone",      "rx_bad_src_addr",
 };
 static_assert(std::size(kCtrNames) == static_cast<size_t>(Ctr::kCount));
 }  // namespace
@@ -118,10 +119,12 @@ Engine::Engine(const EngineConfig& cfg, io::PacketIo& io, const io::Clock& clock
     mr_mem_owned_.reset(new uint8_t[bytes]);
     auto p = reinterpret_cast<uintptr_t>(mr_mem_owned_.get());
     p = (p + 63) & ~uintptr_t{63};
-    mrs_ = std::make_unique<verbs::MrTable>(reinterpret_cast<void*>(p), verbs::MrTable::bytes_for(cfg_.max_mrs));
+    mrs_ = std::make_unique<verbs::MrTable>(reinterpret_cast<void*>(p), verbs::MrTable::bytes_for(cfg_.max_mrs),
+                                            cfg_.key_seed);
   } else {
-    mrs_ = std::make_unique<verbs::MrTable>(cfg_.mr_mem, cfg_.mr_mem_bytes);
+    mrs_ = std::make_unique<verbs::MrTable>(cfg_.mr_mem, cfg_.mr_mem_bytes, cfg_.key_seed);
   }
+  qpn_rng_ = cfg_.qpn_seed ? cfg_.qpn_seed : verbs::random_seed();
   qps_.resize(cfg_.max_qps);
   const uint32_t qcap = verbs::round_pow2(cfg_.max_qps);
   q_mask_ = qcap - 1;
@@ -193,7 +196,17 @@ int Engine::create_qp(const verbs::QpInitAttr& init, uint32_t* qpn) {
   const uint32_t stride = cfg_.qpn_stride ? cfg_.qpn_stride : 1;
   uint32_t first = cfg_.qpn_offset % stride;
   while (first < 2) first += stride;  // QP0/QP1 are reserved
-  for (uint32_t n = first; n < qps_.size(); n += stride) {
+  if (first >= qps_.size()) return ENOMEM;
+  // QPNs first, first+stride, ... : the search starts at a random one of them and
+  // wraps, so QPNs do not come in a predictable sequence (a peer that knows one
+  // connection's QPN cannot aim at the next).
+  const uint32_t slots = static_cast<uint32_t>((qps_.size() - first + stride - 1) / stride);
+  qpn_rng_ ^= qpn_rng_ << 13;
+  qpn_rng_ ^= qpn_rng_ >> 7;
+  qpn_rng_ ^= qpn_rng_ << 17;
+  const uint32_t start = static_cast<uint32_t>(qpn_rng_ % slots);
+  for (uint32_t k = 0; k < slots; ++k) {
+    const uint32_t n = first + ((start + k) % slots) * stride;
     if (!qps_[n]) {
       qps_[n] = std::make_unique<Qp>(n, init);
       qps_[n]->mtu = verbs::mtu_bytes(cfg_.port_mtu);
@@ -281,6 +294,8 @@ int Engine::modify_qp(uint32_t qpn, const verbs::QpAttr& attr, uint32_t mask) no
   Qp* q = qp(qpn);
   if (!q) return EINVAL;
   if (int rc = q->check_modify(attr, mask)) return rc;
+  if ((mask & verbs::kQpPathMtu) && static_cast<uint8_t>(attr.path_mtu) > static_cast<uint8_t>(cfg_.max_mtu))
+    return EINVAL;  // larger than the link carries
   const QpState old = q->state;
   q->apply_attrs(attr, mask);
   const QpState next = q->state;
@@ -538,6 +553,12 @@ void Engine::rx(io::PktBuf* b) noexcept {
   }
   if (!q->can_receive()) {
     count(Ctr::RxBadState);
+    return;
+  }
+  // A connection takes packets only from its peer, to the address it uses
+  // (rxe check_addr): a stranger's frames never reach its state machine.
+  if (q->type != verbs::QpType::UD && (pkt.h.l3.src != q->hdr.l3.dst || pkt.h.l3.dst != q->hdr.l3.src)) {
+    count(Ctr::RxBadSrcAddr);
     return;
   }
   ++q->ctr.rx_packets;

@@ -32,7 +32,7 @@ enum class Ctr : uint16_t {
   TxNoBuf,       // no TX buffer; packet not sent (retried later or lost)
   ReqPackets,    // request packets sent (new and retransmitted)
   ReqRetransmits,
-  ReqGatherErr,  // a source MR vanished while its WQE was in flight
+  ReqGatherErr,  // a source MR vanished while its WQE was in flight (LOC_PROT_ERR, nothing sent)
   AckTimeouts,
   RetryExceeded,
   RnrRetryExceeded,
@@ -68,6 +68,8 @@ enum class Ctr : uint16_t {
   RxBadRkey,    // RC/UC request refused: R_Key unknown, invalidated, of another PD, or lacking the access right
   RxBadVa,      // RC/UC request refused: VA/length outside the MR, misaligned atomic
   RxBadLength,  // RC/UC request refused: payload length does not fit the opcode, the MTU, the RETH or the receive
+  RespMrGone,        // an MR deregistered while a WRITE was arriving or a READ was being answered (NAK, QP to error)
+  RxBadSrcAddr,      // RC/UC packet from another address than the QP's remote one, or to another of ours
   kCount
 };
 const char* ctr_name(Ctr c) noexcept;
@@ -86,11 +88,19 @@ struct EngineConfig {
   // hands out only QPNs with qpn % qpn_stride == qpn_offset.
   uint32_t qpn_stride = 1;
   uint32_t qpn_offset = 0;
+  // Seeds (0 = random from getrandom): key_seed drives the MR key tags (engines
+  // sharing a port's replicated MR table must share it), qpn_seed the order in
+  // which QPNs are handed out (not a predictable sequence; tests may fix both).
+  uint64_t key_seed = 0;
+  uint64_t qpn_seed = 0;
   // MR table storage: caller's block (e.g. hugepages); nullptr = engine allocates.
   void* mr_mem = nullptr;
   size_t mr_mem_bytes = 0;
   uint32_t max_mrs = 4096;
   verbs::Mtu port_mtu = verbs::Mtu::M1024;  // active MTU of the port: UD QPs use it (no PATH_MTU on UD)
+  // The largest path MTU the port's link carries (verbs::max_mtu_for_link):
+  // modify_qp refuses a larger one with EINVAL (a QP could never send its packets).
+  verbs::Mtu max_mtu = verbs::Mtu::M4096;
   uint32_t max_inflight_pkts = 1024;  // go-back-N window (PSNs) per QP
   // RC congestion window (packets) per QP, between min_inflight_pkts and
   // max_inflight_pkts: starts at the maximum, is halved on a NAK sequence error
@@ -173,6 +183,11 @@ class Engine {
   uint8_t* begin_frame(const wire::Headers& h, uint32_t payload_len) noexcept;
   // Writes pad + ICRC and queues the frame begun last for TX.
   void end_frame(const wire::Headers& h, uint32_t payload_len) noexcept;
+  // Drops the frame begun last (its buffer goes back to the spares).
+  void abort_frame() noexcept {
+    spare_[spare_len_++] = cur_;
+    cur_ = nullptr;
+  }
   // Queues a frame with headers h whose payload is len bytes at src (inside an
   // MR; dma: its zero-copy handle or nullptr): by reference when the backend
   // and the size allow, copied otherwise. False if no TX buffer (nothing queued).
@@ -205,6 +220,7 @@ class Engine {
   std::unique_ptr<uint8_t[]> mr_mem_owned_;
   std::unique_ptr<verbs::MrTable> mrs_;
   uint32_t pd_seq_ = 0;
+  uint64_t qpn_rng_ = 0;  // xorshift state for the QPN search start
   std::vector<std::unique_ptr<Qp>> qps_;  // indexed by QPN
   std::vector<Qp*> live_qps_;
   std::vector<std::unique_ptr<verbs::Cq>> cqs_;

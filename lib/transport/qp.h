@@ -46,8 +46,11 @@ struct RespResource {
   uint32_t resid = 0;  // READ: bytes left to send
   uint32_t cur_psn = 0;
   uint64_t orig = 0;     // atomic: value returned (replayed for duplicates)
-  uint8_t* host = nullptr;  // READ: host pointer of va
-  void* dma = nullptr;      // READ: the MR's zero-copy handle (PktBuf::ext_ref), or nullptr
+  uint32_t msn = 0;      // the MSN after this request, carried by its responses (a re-executed
+                         // duplicate READ: the MSN at re-execution, as rxe; an atomic replay: the original)
+  // No host pointer is kept across packets: each response packet looks the
+  // rkey up again (its tag is the registration's generation), so an MR
+  // deregistered between two packets is never read (remote access NAK instead).
 };
 
 // Responder (responder.cc).
@@ -61,8 +64,11 @@ struct RespState {
   bool have_recv = false;
   verbs::RecvWqe recv;
   uint32_t recv_off = 0;
-  // Current WRITE.
-  uint8_t* write_host = nullptr;
+  // Current WRITE: the rkey and address of its next byte, looked up again for
+  // every packet (never a host pointer kept across packets: the MR may be
+  // deregistered between two packets of a message).
+  uint32_t write_rkey = 0;
+  uint64_t write_va = 0;
   uint32_t write_len = 0;
   uint32_t write_off = 0;
   // Coalesced ACK/NAK waiting to be sent (after any pending read responses).

@@ -123,9 +123,19 @@ bool build_packet(Engine& e, Qp& q, SendWqe& w, bool* last_of_wqe) noexcept {
     uint8_t* dst = e.begin_frame(h, payload);
     if (!dst) return false;
     if (!gather(e.mrs(), q.pd, w, offset, dst, payload)) {
-      // The MR was deregistered while the WQE was in flight (undefined in ibverbs): send zeros, count it.
-      std::memset(dst, 0, payload);
+      // A source MR was deregistered while the WQE was in flight: nothing of it
+      // is sent; the WQE completes with LOC_PROT_ERR and the QP goes to error (RC)
+      // or SQE (UC/UD), as rxe's requester does when its lkey lookup fails.
+      e.abort_frame();
       e.count(Ctr::ReqGatherErr);
+      w.status = verbs::WcStatus::LocProtErr;
+      w.state = WqeState::Done;
+      if (q.type == QpType::RC) {
+        e.qp_to_error(q);
+      } else {
+        e.sq_to_error(q);
+      }
+      return false;
     }
     if (payload) e.count(Ctr::TxCopied);
     e.end_frame(h, payload);

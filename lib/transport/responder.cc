@@ -11,6 +11,7 @@
 //
 // Output (responder_tx) is ordered: responses of READ/atomic resources in
 // PSN order, then the one coalesced ACK/NAK.
+#include <atomic>
 #include <cstring>
 
 #include "transport/engine.h"
@@ -88,12 +89,18 @@ RespSt check_psn(Ctx& c) noexcept {
   RespState& r = c.q.resp;
   const int32_t d = psn_diff(c.psn, r.psn);
   if (!c.rc) {
-    // UC (IBTA 9.7): a PSN gap loses the message in progress; resynchronise on this packet.
-    if (d != 0 && r.in_msg) {
-      r.in_msg = false;
-      c.e.count(Ctr::UcMsgDropped);
+    // UC (IBTA 9.7, as rxe): a PSN gap loses the message in progress. Only the
+    // FIRST or ONLY packet of a message resynchronises the expected PSN; a
+    // MIDDLE/LAST with an unexpected PSN is dropped and moves nothing, so the
+    // rest of a lost message cannot pose as the start of one.
+    if (d != 0) {
+      if (r.in_msg) {
+        r.in_msg = false;
+        c.e.count(Ctr::UcMsgDropped);
+      }
+      if (!c.op.is_first()) return RespSt::Done;
+      r.psn = c.psn;
     }
-    r.psn = c.psn;
     return RespSt::CheckOpSeq;
   }
   if (d > 0) return RespSt::ErrNakSeq;
@@ -184,7 +191,14 @@ RespSt check_rkey_of(Ctx& c, verbs::MrError& err) noexcept {
     }
     if (!(q.attr.qp_access_flags & verbs::kAccessRemoteAtomic)) return RespSt::ErrRemAccess;
     c.host = c.e.mrs().lookup(x.atomic.rkey, q.pd, x.atomic.va, 8, verbs::kAccessRemoteAtomic, &err);
-    return c.host ? RespSt::Execute : RespSt::ErrRemAccess;
+    if (!c.host) return RespSt::ErrRemAccess;
+    // An MR registered with an iova of another alignment than its host address:
+    // no atomic instruction can serve it (IBTA 9.4: invalid request).
+    if (reinterpret_cast<uintptr_t>(c.host) & 7) {
+      err = verbs::MrError::OutOfBounds;
+      return RespSt::ErrInvReq;
+    }
+    return RespSt::Execute;
   }
   return RespSt::Execute;
 }
@@ -235,7 +249,8 @@ RespSt execute(Ctx& c) noexcept {
   }
   if (f & wire::kOpWrite) {
     if (c.op.is_first()) {
-      r.write_host = c.host;
+      r.write_rkey = x.reth.rkey;
+      r.write_va = x.reth.va;
       r.write_len = x.reth.len;
       r.write_off = 0;
     }
@@ -243,7 +258,18 @@ RespSt execute(Ctx& c) noexcept {
       c.e.count(Ctr::RxBadLength);
       return RespSt::ErrInvReq;
     }
-    if (plen) std::memcpy(r.write_host + r.write_off, c.pkt.payload(), plen);
+    if (plen) {
+      // FIRST/ONLY: checked in check_rkey; later packets: the key again (one O(1)
+      // lookup), since the MR may have been deregistered since the FIRST.
+      uint8_t* dst = c.op.is_first() ? c.host
+                                     : c.e.mrs().lookup(r.write_rkey, q.pd, r.write_va + r.write_off, plen,
+                                                        verbs::kAccessRemoteWrite, nullptr);
+      if (!dst) {
+        c.e.count(Ctr::RespMrGone);
+        return RespSt::ErrRemAccess;
+      }
+      std::memcpy(dst, c.pkt.payload(), plen);
+    }
     r.write_off += plen;
     r.in_msg = !c.op.is_last();
     r.in_write = r.in_msg;
@@ -268,22 +294,20 @@ RespSt execute(Ctx& c) noexcept {
     res.va = x.reth.va;
     res.rkey = x.reth.rkey;
     res.resid = x.reth.len;
-    res.host = c.host;
-    res.dma = c.dma;
     res.cur_psn = c.psn;
     r.psn = psn_add(res.last_psn, 1);
   } else {
-    // The 8 bytes are aligned (checked), so a plain load/store is the atomic
-    // operation: only this thread touches the responder's memory.
+    // A real atomic instruction on the 8 bytes: the memory may be shared with the
+    // owning process (shim clients map it too) and with QPs of other cores.
+    auto* word = reinterpret_cast<uint64_t*>(c.host);
+    std::atomic_ref<uint64_t> a(*word);
     uint64_t orig;
-    std::memcpy(&orig, c.host, 8);
-    uint64_t val = orig;
     if (c.pkt.h.bth.opcode == wire::op::RC_COMPARE_SWAP) {
-      if (orig == x.atomic.compare) val = x.atomic.swap_add;
+      orig = x.atomic.compare;
+      a.compare_exchange_strong(orig, x.atomic.swap_add, std::memory_order_acq_rel);  // orig: the old value
     } else {
-      val = orig + x.atomic.swap_add;
+      orig = a.fetch_add(x.atomic.swap_add, std::memory_order_acq_rel);
     }
-    std::memcpy(c.host, &val, 8);
     res.kind = 2;
     res.last_psn = c.psn;
     res.orig = orig;
@@ -291,6 +315,7 @@ RespSt execute(Ctx& c) noexcept {
     r.psn = psn_add(c.psn, 1);
   }
   r.msn = (r.msn + 1) & wire::kMask24;
+  res.msn = r.msn;  // its responses carry the MSN of this request, whatever completes after it
   queue_resource(q, idx);
   // Responses acknowledge everything before them: an older pending ACK is moot.
   if (r.ack_pending && (r.ack_syndrome & wire::kAethKindMask) == wire::kAethAck) r.ack_pending = false;
@@ -301,6 +326,11 @@ RespSt execute(Ctx& c) noexcept {
 RespSt complete(Ctx& c) noexcept {
   Qp& q = c.q;
   RespState& r = q.resp;
+  // SEND with Invalidate: only a fast-registered MR of this PD (or, later, a
+  // type 2 window) may be invalidated; otherwise the request is rejected before
+  // PSN and MSN move (rxe: class J, receive WQE in error, QP to error).
+  if (c.op.off_ieth && c.op.is_last() && !c.e.mrs().can_invalidate(c.pkt.h.ext.ieth_rkey, q.pd))
+    return RespSt::ErrInvalidate;
   r.psn = psn_add(c.psn, 1);
   if (!c.op.is_last()) return c.rc ? RespSt::Acknowledge : RespSt::Done;
   r.msn = (r.msn + 1) & wire::kMask24;
@@ -313,7 +343,7 @@ RespSt complete(Ctx& c) noexcept {
       imm = x.imm;
     }
     if (c.op.off_ieth) {
-      if (!c.e.mrs().invalidate(x.ieth_rkey, q.pd)) return RespSt::ErrInvReq;
+      c.e.mrs().invalidate(x.ieth_rkey, q.pd);  // checked above
       flags |= verbs::kWcWithInv;
       imm = x.ieth_rkey;
     }
@@ -350,21 +380,16 @@ RespSt duplicate(Ctx& c) noexcept {
       if (res.kind != 1 || psn_diff(c.psn, res.first_psn) < 0 || psn_diff(c.psn, res.last_psn) > 0) continue;
       // Re-execute from the PSN and RETH of the repeated request (IBTA 9.7).
       const auto& reth = c.pkt.h.ext.reth;
-      uint8_t* host = nullptr;
-      void* dma = nullptr;
-      if (reth.len) {
-        host = c.e.mrs().lookup(reth.rkey, q.pd, reth.va, reth.len, verbs::kAccessRemoteRead, nullptr, &dma);
-        if (!host) return RespSt::Done;
-      }
+      if (reth.len && !c.e.mrs().lookup(reth.rkey, q.pd, reth.va, reth.len, verbs::kAccessRemoteRead, nullptr))
+        return RespSt::Done;
       const uint32_t npkts = reth.len ? static_cast<uint32_t>((uint64_t{reth.len} + q.mtu - 1) / q.mtu) : 1;
       if (psn_diff(psn_add(c.psn, npkts - 1), res.last_psn) != 0) return RespSt::Done;  // inconsistent retry
       const bool queued = res.active;
       res.va = reth.va;
       res.rkey = reth.rkey;
       res.resid = reth.len;
-      res.host = host;
-      res.dma = dma;
       res.cur_psn = c.psn;
+      res.msn = r.msn;  // a re-executed READ answers with the current MSN (as rxe; C9-148)
       res.active = true;
       if (!queued) {
         res.replay = true;
@@ -496,6 +521,12 @@ void responder_rx(Engine& e, Qp& q, const wire::PacketView& pkt) noexcept {
         fatal_nak(c, wire::kNakInvalidRequest, WcStatus::LocLenErr);
         st = RespSt::Done;
         break;
+      case RespSt::ErrInvalidate:
+        // RC only (IETH exists only in RC SENDs): the receive WQE completes with
+        // REM_INV_REQ_ERR, the requester gets NAK invalid request, the QP goes to error.
+        fatal_nak(c, wire::kNakInvalidRequest, WcStatus::RemInvReqErr);
+        st = RespSt::Done;
+        break;
       case RespSt::ErrLength:
         if (!c.rc) { st = RespSt::DropMsg; break; }
         fatal_nak(c, wire::kNakInvalidRequest, WcStatus::LocLenErr);
@@ -520,6 +551,24 @@ void responder_rx(Engine& e, Qp& q, const wire::PacketView& pkt) noexcept {
   }
 }
 
+namespace {
+// A READ whose MR went away while its responses were being sent: no more
+// responses, a remote access NAK for the PSN that could not be answered (the
+// requester completes the READ with REM_ACCESS_ERR), and the QP to error.
+void read_mr_gone(Engine& e, Qp& q, uint32_t psn) noexcept {
+  RespState& r = q.resp;
+  e.count(Ctr::RespMrGone);
+  e.count(Ctr::ErrNakSent);
+  ++q.ctr.err_naks_sent;
+  for (auto& x : r.res) x.active = false;
+  r.emit_head = r.emit_tail = 0;
+  r.ack_pending = true;
+  r.ack_syndrome = static_cast<uint8_t>(wire::kAethNak | wire::kNakRemoteAccessError);
+  r.ack_psn = psn;
+  e.qp_to_error(q, /*keep_responses=*/true);
+}
+}  // namespace
+
 bool responder_tx(Engine& e, Qp& q, uint32_t budget) noexcept {
   RespState& r = q.resp;
   uint32_t sent = 0;
@@ -532,7 +581,7 @@ bool responder_tx(Engine& e, Qp& q, uint32_t budget) noexcept {
     if (sent >= budget || !e.tx_room()) return true;
     wire::Headers h = q.hdr;
     h.bth.psn = res.cur_psn;
-    h.ext.aeth = {kAckSyndrome, r.msn};
+    h.ext.aeth = {kAckSyndrome, res.msn};
     if (res.kind == 2) {
       h.bth.opcode = wire::op::RC_ATOMIC_ACKNOWLEDGE;
       h.ext.atomic_orig = res.orig;
@@ -551,10 +600,21 @@ bool responder_tx(Engine& e, Qp& q, uint32_t budget) noexcept {
                      : first       ? wire::op::RC_READ_RESPONSE_FIRST
                      : last        ? wire::op::RC_READ_RESPONSE_LAST
                                    : wire::op::RC_READ_RESPONSE_MIDDLE;
-      if (!e.send_payload(h, res.host, plen, res.dma)) return true;
+      // The rkey again for every packet: the MR may have been deregistered since
+      // the request (or the last packet); then the READ ends with a remote access
+      // NAK at this PSN and the QP goes to error, and the memory is never read.
+      const uint8_t* src = nullptr;
+      void* dma = nullptr;
+      if (plen) {
+        src = e.mrs().lookup(res.rkey, q.pd, res.va, plen, verbs::kAccessRemoteRead, nullptr, &dma);
+        if (!src) {
+          read_mr_gone(e, q, res.cur_psn);
+          break;
+        }
+      }
+      if (!e.send_payload(h, src, plen, dma)) return true;
       q.count_tx(plen);
       e.count(Ctr::ReadRespSent);
-      res.host += plen;
       res.va += plen;
       res.resid -= plen;
       res.cur_psn = psn_add(res.cur_psn, 1);

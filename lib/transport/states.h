@@ -14,12 +14,12 @@ static_assert(std::size(kReqStNames) == static_cast<size_t>(ReqSt::kCount));
 
 enum class RespSt : uint8_t {
   CheckPsn, CheckOpSeq, CheckLength, CheckResource, CheckRkey, Execute, Complete, Acknowledge,
-  Duplicate, ErrNakSeq, ErrRnr, ErrInvReq, ErrRemAccess, ErrRemOp, ErrLength, DropMsg, Done, kCount
+  Duplicate, ErrNakSeq, ErrRnr, ErrInvReq, ErrRemAccess, ErrRemOp, ErrLength, ErrInvalidate, DropMsg, Done, kCount
 };
 inline constexpr const char* kRespStNames[] = {
     "CHECK_PSN", "CHECK_OP_SEQ", "CHECK_LENGTH", "CHECK_RESOURCE", "CHECK_RKEY", "EXECUTE", "COMPLETE",
     "ACKNOWLEDGE", "DUPLICATE", "ERR_NAK_SEQ", "ERR_RNR", "ERR_INV_REQ", "ERR_REM_ACCESS", "ERR_REM_OP",
-    "ERR_LENGTH", "DROP_MSG", "DONE"};
+    "ERR_LENGTH", "ERR_INVALIDATE", "DROP_MSG", "DONE"};
 static_assert(std::size(kRespStNames) == static_cast<size_t>(RespSt::kCount));
 
 enum class CompSt : uint8_t { CheckPsn, Ack, ReadResp, AtomicAck, Nak, RnrNak, Retire, Drop, Done, kCount };

@@ -3,9 +3,13 @@
 // The table is a fixed array of entries in a memory block the caller provides
 // (the daemon gives hugepages; tests give a vector). A key is
 //     key = (index << 8) | tag
-// where tag is bumped each time the slot is reused, so a stale key never
-// matches a new registration. lookup() is O(1): index, tag, state, PD,
-// bounds (overflow-safe) and access rights. lkey == rkey.
+// where tag is a fresh pseudo-random byte at each registration (never 0, never
+// the slot's previous tag), so a stale key never matches a new registration and
+// a peer cannot predict the next key from the last one. The tags come from a
+// keyed stream (key_seed): tables given the same seed and the same sequence of
+// reg/dereg calls hand out the same keys (the dataplane's per-core replicas of
+// one port's table). lookup() is O(1): index, tag, state, PD, bounds
+// (overflow-safe) and access rights. lkey == rkey.
 #pragma once
 
 #include <cstddef>
@@ -28,16 +32,21 @@ struct alignas(64) MrEntry {
   uint32_t pd = 0;
   uint32_t next_free = 0;  // free-list link (index + 1; 0 = end)
   uint8_t state = 0;       // 0 free, 1 valid, 2 invalidated
+  bool remote_inv = false; // registered with kMrRemoteInvalidate: SEND with Invalidate may invalidate it
   void* dma = nullptr;     // the I/O backend's handle for zero-copy TX from this MR (or nullptr)
 };
 static_assert(sizeof(MrEntry) == 64);
+
+// 64 random bits from the kernel (getrandom), never 0: seeds for keys and QPNs.
+uint64_t random_seed() noexcept;
 
 class MrTable {
  public:
   static constexpr size_t bytes_for(uint32_t entries) noexcept { return size_t{entries} * sizeof(MrEntry); }
 
   // mem must be 64-byte aligned; capacity = bytes / sizeof(MrEntry), at most 2^24.
-  MrTable(void* mem, size_t bytes) noexcept;
+  // key_seed: the key stream's seed; 0 = a random one (getrandom).
+  MrTable(void* mem, size_t bytes, uint64_t key_seed = 0) noexcept;
   MrTable(const MrTable&) = delete;
   MrTable& operator=(const MrTable&) = delete;
 
@@ -47,7 +56,9 @@ class MrTable {
   }
   int reg_iova(Pd pd, void* host, uint64_t iova, uint64_t length, uint32_t access, uint32_t* key_out) noexcept;
   int dereg(uint32_t key) noexcept;
-  // Remote invalidation (SEND with invalidate). Returns false if the key is not a valid MR.
+  // Remote invalidation (SEND with Invalidate). False, and the MR untouched, unless
+  // key is a valid MR of pd registered with kMrRemoteInvalidate.
+  bool can_invalidate(uint32_t key, uint32_t pd) const noexcept;
   bool invalidate(uint32_t key, uint32_t pd) noexcept;
 
   // Data path: pointer to the bytes [va, va+len) of MR `key` if pd matches and
@@ -85,8 +96,11 @@ class MrTable {
     if (err) *err = e;
     return nullptr;
   }
+  uint8_t next_tag(uint8_t old) noexcept;
   MrEntry* entries_;
   uint32_t capacity_;
+  uint64_t key_seed_;
+  uint64_t key_count_ = 0;
   uint32_t free_head_ = 0;  // index + 1
   uint32_t in_use_ = 0;
 };

@@ -65,6 +65,12 @@ enum Access : uint32_t {
   kAccessRemoteAtomic = 8,
 };
 inline constexpr uint32_t kAccessAll = kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead | kAccessRemoteAtomic;
+// droce's own registration flag (not an ibv_access_flags bit): the MR is a
+// fast-registration MR (what a kernel ULP such as nvmet-rdma registers per I/O),
+// which a SEND with Invalidate naming its rkey may invalidate (IBTA 10.6.7: only
+// memory windows type 2 and fast-registered regions can be remotely
+// invalidated). The embedding API offers it; shim clients cannot set it.
+inline constexpr uint32_t kMrRemoteInvalidate = 1u << 31;
 
 // enum ibv_send_flags
 enum SendFlags : uint32_t { kSendFence = 1, kSendSignaled = 2, kSendSolicited = 4, kSendInline = 8 };
@@ -76,6 +82,15 @@ const char* qp_state_str(QpState s) noexcept;
 // enum ibv_mtu
 enum class Mtu : uint8_t { M256 = 1, M512 = 2, M1024 = 3, M2048 = 4, M4096 = 5 };
 constexpr uint32_t mtu_bytes(Mtu m) noexcept { return 128u << static_cast<uint8_t>(m); }
+// The largest IB MTU whose RoCEv2 frames fit an Ethernet MTU of link_mtu bytes:
+// payload + IPv6 (40) + UDP (8) + BTH (12) + the largest extension header a
+// payload packet carries (RETH 16) + ICRC (4).
+constexpr Mtu max_mtu_for_link(uint32_t link_mtu) noexcept {
+  constexpr uint32_t kOverhead = 40 + 8 + 12 + 16 + 4;
+  for (uint8_t m = 5; m > 1; --m)
+    if (mtu_bytes(static_cast<Mtu>(m)) + kOverhead <= link_mtu) return static_cast<Mtu>(m);
+  return Mtu::M256;
+}
 
 // enum ibv_qp_attr_mask
 enum QpAttrMask : uint32_t {

@@ -4,9 +4,13 @@
 // 2. an RC QP on node A writes to node B through the wire: a WRITE with the
 //    right rkey lands (data verified), a WRITE with a bad rkey completes with
 //    IBV_WC_REM_ACCESS_ERR and writes nothing (the target keeps its bytes),
-//    and the QP is in ERR afterwards.
+//    and the QP is in ERR afterwards;
+// 3. node B deregisters and unmaps an MR while node A streams 1 MiB WRITEs into it
+//    (then READs out of it): node B's daemon survives, never touching the memory
+//    again, and the stream ends in REM_ACCESS_ERR.
 // Prints "ok: ..." / "FAIL: ..." per check; exits 0 when all pass.
 #include <arpa/inet.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -195,6 +199,66 @@ int main(int argc, char** argv) {
   QueryQpResp qr{};
   check(a.conn.call<Op::QueryQp>({qa, IBV_QP_STATE}, qr) == 0 && qr.attr.qp_state == IBV_QPS_ERR,
         "requester QP in ERR after the access error");
+  // 3. An MR deregistered and unmapped by its owner while a peer streams into
+  //    (WRITE) or out of (READ) it: node B's daemon never touches the memory again
+  //    (before the fix it died with SIGSEGV in memmove, taking every tenant down);
+  //    the peer's WRs end in REM_ACCESS_ERR (or are flushed after it), and node B
+  //    keeps serving its clients.
+  for (const uint8_t op : {uint8_t{DROCE_WR_RDMA_WRITE}, uint8_t{DROCE_WR_RDMA_READ}}) {
+    const char* name = op == DROCE_WR_RDMA_WRITE ? "WRITE" : "READ";
+    constexpr size_t kBig = 32u << 20, kChunk = 1u << 20;
+    ClientCq cq2a, cq2b;
+    const uint32_t c2a = a.cq(cq2a), c2b = b.cq(cq2b);
+    ClientQp q2a, q2b;
+    uint32_t n2a = 0, n2b = 0;
+    const uint32_t h2a = a.qp(q2a, pda, c2a, &n2a), h2b = b.qp(q2b, pdb, c2b, &n2b);
+    check(c2a && c2b && h2a && h2b && a.connect(h2a, n2b, b.gid) == 0 && b.connect(h2b, n2a, a.gid) == 0,
+          std::string(name) + ": a second QP pair");
+    void* amem = mmap(nullptr, kBig, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    void* bmem = mmap(nullptr, kBig, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    RegMrResp ra{}, rb{};
+    check(amem != MAP_FAILED && bmem != MAP_FAILED &&
+              a.mr(pda, amem, kBig, IBV_ACCESS_LOCAL_WRITE, ra) == 0 &&
+              b.mr(pdb, bmem, kBig, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ, rb) == 0,
+          std::string(name) + ": 32 MiB MRs on both nodes");
+    // 32 WRs of 1 MiB: seconds of traffic on af_packet.
+    int posted = 0;
+    for (size_t off = 0; off < kBig; off += kChunk) {
+      droce_shm_send_wqe s{};
+      s.wr_id = 100 + off / kChunk;
+      s.opcode = op;
+      s.send_flags = DROCE_SEND_SIGNALED;
+      s.remote_addr = reinterpret_cast<uint64_t>(bmem) + off;
+      s.rkey = rb.rkey;
+      s.num_sge = 1;
+      s.u.sge[0] = {reinterpret_cast<uint64_t>(amem) + off, static_cast<uint32_t>(kChunk), ra.lkey};
+      posted += q2a.sq.try_push(s) ? 1 : 0;
+    }
+    // Once the first WR completed (the stream is running), node B's owner
+    // deregisters the MR and unmaps the memory, keeping its QP.
+    droce_shm_cqe c{};
+    const bool first = wait_cqe(cq2a, c, 20000);
+    check(first && c.status == IBV_WC_SUCCESS, std::string(name) + ": the stream runs (first 1 MiB done)");
+    Empty e2;
+    check(b.conn.call<Op::DeregMr>({rb.handle}, e2) == 0, std::string(name) + ": node B deregisters the MR mid-stream");
+    munmap(bmem, kBig);
+    int ok = 1, errs = 0, others = 0;
+    for (int i = 1; i < posted; ++i) {
+      if (!wait_cqe(cq2a, c, 30000)) break;
+      ++ok;
+      if (c.status == IBV_WC_REM_ACCESS_ERR) ++errs;
+      else if (c.status != IBV_WC_SUCCESS && c.status != IBV_WC_WR_FLUSH_ERR) ++others;
+    }
+    check(ok == posted, std::string(name) + ": every WR completed (" + std::to_string(ok) + "/" + std::to_string(posted) + ")");
+    check(errs == 1 && others == 0,
+          std::string(name) + ": the stream ends in one REM_ACCESS_ERR, the rest flushed (" + std::to_string(errs) +
+              " access errors, " + std::to_string(others) + " other errors)");
+    // Node B is alive and serves its client: a query and a new PD work.
+    QueryQpResp qb2{};
+    check(b.conn.call<Op::QueryQp>({h2b, IBV_QP_STATE}, qb2) == 0 && b.pd() != 0,
+          std::string(name) + ": node B's daemon still serves its clients");
+    munmap(amem, kBig);
+  }
   std::printf("%d failed\n", fails);
   std::free(abuf);
   std::free(bbuf);

@@ -317,7 +317,7 @@ fi
 
 # The bad cases over the real engine.
 if in_ns timeout 60 "$CHECK" "$SA" "$SB" >"$T/check.log" 2>&1; then
-  ok "shim_engine_check: handle isolation, bad rkey -> REM_ACCESS_ERR with nothing written"
+  ok "shim_engine_check: handle isolation, bad rkey -> REM_ACCESS_ERR with nothing written, MR deregistered+unmapped under a WRITE and a READ stream"
   sed 's/^/       /' "$T/check.log"
 else
   bad "shim_engine_check"

@@ -311,6 +311,20 @@ void check_state(World& w) {
   CHECK_OR(e.counter(Ctr::RxParseErr) == 0, "rx_parse_err", e.counter(Ctr::RxParseErr), 0);
   CHECK_OR(e.counter(Ctr::TxFrames) == w.received, "tx_frames", e.counter(Ctr::TxFrames), w.received);
   CHECK_OR(e.counter(Ctr::CqOverrun) == 0, "cq overrun", 0, 0);
+  // Per-QP counters (droce-ctl qps) agree with the engine's: every frame sent is some QP's, and
+  // frames accepted by QPs plus frames dropped before reaching one are at most the frames received.
+  uint64_t qp_tx = 0, qp_rx = 0;
+  for (int i = 0; i < kNumQps; ++i) {
+    qp_tx += e.qp(w.qpn[i])->ctr.tx_packets;
+    qp_rx += e.qp(w.qpn[i])->ctr.rx_packets;
+  }
+  CHECK_OR(qp_tx == e.counter(Ctr::TxFrames), "sum of per-QP tx_packets != tx_frames", qp_tx,
+           e.counter(Ctr::TxFrames));
+  const uint64_t dropped = e.counter(Ctr::RxParseErr) + e.counter(Ctr::RxIcrcErr) + e.counter(Ctr::RxNoQp) +
+                           e.counter(Ctr::CnpReceived) + e.counter(Ctr::RxBadTransport) +
+                           e.counter(Ctr::RxBadPkey) + e.counter(Ctr::RxBadState);
+  CHECK_OR(qp_rx + dropped <= e.counter(Ctr::RxFrames), "per-QP rx_packets + drops > rx_frames", qp_rx + dropped,
+           e.counter(Ctr::RxFrames));
   for (int i = 0; i < kNumQps; ++i) {
     Qp* q = e.qp(w.qpn[i]);
     CHECK_OR(q != nullptr, "qp vanished", i, 0);

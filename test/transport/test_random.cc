@@ -93,7 +93,7 @@ Result run_random(uint64_t seed, int nqps, int wrs_per_qp, memlink::Faults fault
         q.counter = p.op == WrOpcode::AtomicCmpSwp ? q.counter * 3 + 1 : q.counter + 7;
       }
       if (p.op == WrOpcode::SendInv) {  // invalidated exactly once
-        p.inv_mr = &B.buffer(64);
+        p.inv_mr = &B.buffer(64, kAccessAll | kMrRemoteInvalidate);  // fast-registered: remotely invalidatable
         p.inv_key = p.inv_mr->key;
       }
       q.plan.push_back(p);

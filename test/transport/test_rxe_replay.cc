@@ -132,6 +132,7 @@ Outcome replay(const std::string& name, Mtu mtu, bool lossy_egress = false) {
         uint64_t lo = UINT64_MAX, hi = 0;
       };
       std::map<uint32_t, Span> spans;
+      std::set<uint32_t> invalidated;  // rkeys a SEND with Invalidate names: rxe's were type 2 windows
       for (auto* p : req) {
         const auto& x = p->v.h.ext;
         if (p->v.op->off_reth) {
@@ -147,6 +148,7 @@ Outcome replay(const std::string& name, Mtu mtu, bool lossy_egress = false) {
         if (p->v.op->off_ieth) {
           auto& s = spans[x.ieth_rkey];
           if (s.lo == UINT64_MAX) s.lo = s.hi = 0;
+          invalidated.insert(x.ieth_rkey);
         }
       }
       struct Mapped {
@@ -158,7 +160,8 @@ Outcome replay(const std::string& name, Mtu mtu, bool lossy_egress = false) {
       for (auto& [rkey, s] : spans) {
         const uint64_t len = s.hi > s.lo ? s.hi - s.lo : 64;
         REQUIRE(len < (64u << 20));
-        Node::Buf& b = dut.buffer(len + 64);
+        // Remotely invalidatable (droce's stand-in for a bound type 2 window) when the capture invalidates it.
+        Node::Buf& b = dut.buffer(len + 64, kAccessAll | (invalidated.count(rkey) ? kMrRemoteInvalidate : 0));
         keys[rkey] = {b.key, s.lo, &b};
       }
       auto& rb = dut.buffer(1 << 20);

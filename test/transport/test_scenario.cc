@@ -292,7 +292,7 @@ void run_type_mtu(QpType t, Mtu m, WrOpcode op) {
       wr.imm_data = p.imm;
       switch (op) {
         case WrOpcode::SendInv:
-          p.inv_mr = &B.buffer(64);
+          p.inv_mr = &B.buffer(64, kAccessAll | kMrRemoteInvalidate);  // fast-registered: remotely invalidatable
           p.inv_key = p.inv_mr->key;
           REQUIRE(mr_valid(B, *p.inv_mr));
           wr.invalidate_rkey = p.inv_key;
@@ -500,7 +500,7 @@ TEST_CASE("RC mixed operations complete in posting order", "[scenario][rc]") {
       if (is_atomic(p.op)) wr.atomic = {dst.addr() + 16 * 1024, 0, 0, dst.key};  // CMP_SWP(0, 0) / FETCH_ADD(0): no change
       if (p.op == WrOpcode::AtomicFetchAdd) wr.atomic.compare_add = 3;
       if (p.op == WrOpcode::SendInv) {
-        p.inv = &B.buffer(64);
+        p.inv = &B.buffer(64, kAccessAll | kMrRemoteInvalidate);  // fast-registered: remotely invalidatable
         wr.invalidate_rkey = p.inv->key;
       }
       if (wants_recv(p.op)) {

@@ -86,9 +86,17 @@ TEST_CASE("MR table: keys, tags, PD, bounds, access", "[verbs][mr]") {
   CHECK((key2 >> 8) == (key >> 8));
   CHECK(key2 != key);
   CHECK(t.lookup(key, 1, va, 8, 0, &e) == nullptr);
-  // Invalidation.
+  // Invalidation: an ordinary MR cannot be invalidated remotely (IBTA 10.6.7: only
+  // type 2 windows and fast-registered regions), a fast-registered one can, once,
+  // and only by its own PD.
+  CHECK_FALSE(t.can_invalidate(key2, pd.handle));
+  CHECK(t.invalidate(key2, pd.handle) == false);
+  CHECK(t.lookup(key2, 1, va, 8, 0, &e) != nullptr);
+  REQUIRE(t.dereg(key2) == 0);
+  REQUIRE(t.reg(pd, buf.data(), buf.size(), kAccessLocalWrite | kMrRemoteInvalidate, &key2) == 0);
   CHECK(t.invalidate(key2, other.handle) == false);
   CHECK(t.invalidate(key2, pd.handle));
+  CHECK(t.invalidate(key2, pd.handle) == false);
   CHECK(t.lookup(key2, 1, va, 8, 0, &e) == nullptr);
   CHECK(e == MrError::Invalidated);
   // Bad arguments, capacity.
@@ -238,4 +246,40 @@ TEST_CASE("RNR timer and ACK timeout encodings", "[verbs]") {
   CHECK(ack_timeout_ns(0) == 0);
   CHECK(ack_timeout_ns(1) == 8192);
   CHECK(ack_timeout_ns(14) == 4096ull << 14);
+}
+
+TEST_CASE("MR table: key tags are unpredictable, replicas with one seed agree", "[verbs][mr]") {
+  // Re-registering one slot 64 times: every tag is non-zero and differs from the
+  // slot's previous one; the tags are not the old +1 sequence (a stranger who saw
+  // one key cannot name the next); two tables with the same seed and the same
+  // calls hand out the same keys (the dataplane's per-core replicas), tables with
+  // other seeds do not.
+  auto run = [](uint64_t seed) {
+    std::vector<uint8_t> mem(MrTable::bytes_for(8) + 64);
+    auto p = (reinterpret_cast<uintptr_t>(mem.data()) + 63) & ~uintptr_t{63};
+    MrTable t(reinterpret_cast<void*>(p), MrTable::bytes_for(8), seed);
+    std::vector<uint8_t> buf(64);
+    std::vector<uint32_t> keys;
+    for (int i = 0; i < 64; ++i) {
+      uint32_t k = 0;
+      REQUIRE(t.reg(Pd{1}, buf.data(), buf.size(), 0, &k) == 0);
+      keys.push_back(k);
+      REQUIRE(t.dereg(k) == 0);
+    }
+    return keys;
+  };
+  const auto a = run(12345), b = run(12345), c = run(999), d = run(0), e = run(0);
+  CHECK(a == b);
+  CHECK(a != c);
+  CHECK(d != e);  // seed 0: a random seed per table
+  int sequential = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    CHECK((a[i] & 0xFF) != 0);
+    CHECK((a[i] >> 8) == (a[0] >> 8));  // the same slot each time
+    if (i > 0) {
+      CHECK(a[i] != a[i - 1]);
+      if (((a[i - 1] + 1) & 0xFF) == (a[i] & 0xFF)) ++sequential;
+    }
+  }
+  CHECK(sequential < 8);  // a counter would give 63
 }
