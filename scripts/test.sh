@@ -2,13 +2,13 @@
 # Runs every droce test on this machine (Debian 12, as root): installs what is
 # missing, reserves hugepages, builds release and sanitizer (ASan+UBSan) builds,
 # runs the unit/protocol/golden suites in both, the parser and engine fuzzers for a bounded
-# time, the integration suites, and the interop CI subset against Linux Soft-RoCE
+# time, the integration suites, a 2-minute soak (scripts/soak.sh), and the interop CI subset against Linux Soft-RoCE
 # in QEMU guests (scripts/interop.sh --ci with the in-tree harness
 # test/interop/rxe-peer, whose setup this script runs first: QEMU, guest kernel,
 # initramfs). Interop that cannot run counts as failed; only a run without root
 # counts as skipped (DROCE_SKIP_INTEROP=1 skips it on purpose). Ends with one
 # line: "N passed, N failed".
-#   scripts/test.sh [--quick]     --quick: release build only, no fuzzing
+#   scripts/test.sh [--quick]     --quick: release build only, no fuzzing, no soak
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/setup.sh"
@@ -72,6 +72,16 @@ if [ $quick -eq 0 ]; then
   run_meson_tests "sanitizers" build-san --buildtype=debug -Db_sanitize=address,undefined -Db_lundef=false
   echo "== fuzzing"
   if bash "$here/fuzz.sh" "${DROCE_FUZZ_SECONDS:-60}"; then add "fuzz (parser, engine)" 1 0; else add "fuzz (parser, engine)" 0 1; fi
+  # Two droced nodes under mixed traffic, loss and SIGKILLed clients: RSS,
+  # hugepages and fds must stay flat (scripts/soak.sh; 30 minutes by hand).
+  echo "== soak (${DROCE_SOAK_MINUTES:-2} min)"
+  if bash "$here/soak.sh" --minutes "${DROCE_SOAK_MINUTES:-2}" --build "$DROCE_ROOT/build" >"$DROCE_ROOT/build/soak-run.log" 2>&1; then
+    tail -n 12 "$DROCE_ROOT/build/soak-run.log"
+    add "soak" 1 0
+  else
+    tail -n 30 "$DROCE_ROOT/build/soak-run.log"
+    add "soak" 0 1
+  fi
 fi
 
 # Interoperability with Linux Soft-RoCE in QEMU guests (CI subset, scripts/interop.sh):
