@@ -53,9 +53,5 @@ corpus="$DROCE_ROOT/$dir/corpus-engine"
 mkdir -p "$corpus"
 cp -n "$DROCE_ROOT"/test/fuzz/corpus/fuzz_engine/* "$corpus"/ 2>/dev/null || true
 python3 "$DROCE_ROOT/test/fuzz/seeds_engine.py" "$corpus"
-# Until the responder holds the MR across the packets of a WRITE and the READ
-# responses (issue 9, "an MR cannot vanish under a transfer"), the fuzzer does
-# not deregister an MR such a transfer points into.
-export FUZZ_ENGINE_NO_DEREG_IN_FLIGHT=1
 run_target fuzz_engine "$corpus" -max_len=512 || rc=1
 exit $rc

@@ -407,6 +407,52 @@ TEST_CASE("dataplane: zero-copy TX from hugepage MRs, copy fallback, retransmiss
   CHECK(std::memcmp(bmem + 600000, amem + 300000, 65536) == 0);
   CHECK(tctr(a, transport::Ctr::TxZeroCopy) == 64);
 
+  // 3b. An MR deregistered while a zero-copy WRITE streams from it: segments of
+  //     it are still in the ring (A has not taken them). dereg_mr waits until the
+  //     device gave them all back (A polls meanwhile, on another thread), then
+  //     nothing reads the memory again: the WR ends in LOC_PROT_ERR, and bytes
+  //     written to the memory after the dereg never reach A.
+  {
+    uint32_t zkey = 0;
+    REQUIRE(b.reg_mr(0, pdb, bmem, kLen, verbs::kAccessAll, &zkey) == 0);
+    std::memset(amem, 0, kLen);
+    for (size_t k = 0; k < kLen; ++k) bmem[k] = 0x42;
+    const uint64_t zc0 = tctr(b, transport::Ctr::TxZeroCopy);
+    REQUIRE(write(70, bmem, zkey, kLen, 0) == 0);  // 1024 packets by reference
+    for (int i = 0; i < 3; ++i) b.poll_all();       // some of them are in the ring now
+    REQUIRE(tctr(b, transport::Ctr::TxZeroCopy) > zc0);
+    REQUIRE(tctr(b, transport::Ctr::TxZeroCopy) < zc0 + 1024);
+    std::atomic<bool> stop{false};
+    std::thread drain([&] {
+      while (!stop.load()) a.poll_all();
+    });
+    const int rc = b.dereg_mr(0, zkey);
+    stop = true;
+    drain.join();
+    CHECK(rc == 0);  // every segment came back within the wait
+    std::memset(bmem, 0x99, kLen);  // the owner reuses its memory at once
+    verbs::Wc wc;
+    int got = 0;
+    for (int it = 0; it < 5'000'000 && got == 0; ++it) {
+      a.poll_all();
+      b.poll_all();
+      got = qb.scq->poll(&wc, 1);
+    }
+    REQUIRE(got == 1);
+    CHECK(wc.wr_id == 70);
+    CHECK(wc.status == verbs::WcStatus::LocProtErr);
+    for (int i = 0; i < 1000; ++i) a.poll_all();
+    // What reached A is a prefix of the old contents, never the reused bytes.
+    size_t n = 0;
+    while (n < kLen && amem[n] == 0x42) ++n;
+    CHECK(n < kLen);
+    for (size_t k = n; k < kLen; ++k)
+      if (amem[k] != 0) {
+        FAIL_CHECK("byte " << k << " of A is " << int(amem[k]) << " after the prefix of " << n);
+        break;
+      }
+  }
+
   // 4. Deregistration waits for the device: nothing in flight now, so it returns at once.
   for (int i = 0; i < 100; ++i) {
     a.poll_all();

@@ -775,28 +775,10 @@ void op_post_recv(World& w, In& in) {
   check_writes(w, 0, "post_recv");
 }
 
-// FUZZ_ENGINE_NO_DEREG_IN_FLIGHT=1: do not deregister an MR that a WRITE in
-// progress or a READ response still to be sent points into. Only to run the
-// fuzzer past the known hole of issue 9 ("an MR cannot vanish under a
-// transfer") until its fix is in; never set in CI once it is.
-bool g_no_dereg_in_flight = false;
-bool in_flight(World& w, int r) {
-  const uint8_t* lo = region_ptr(r);
-  const uint8_t* hi = lo + kRegionDefs[r].len;
-  for (int i = 0; i < kNumQps; ++i) {
-    const Qp* q = w.eng->qp(w.qpn[i]);
-    if (q->resp.in_msg && q->resp.in_write && q->resp.write_host >= lo && q->resp.write_host <= hi) return true;
-    for (const auto& res : q->resp.res)
-      if (res.active && res.kind == 1 && res.host >= lo && res.host <= hi) return true;
-  }
-  return false;
-}
-
 void op_mr(World& w, In& in) {
   const uint8_t sel = in.u8();
   const int r = sel % kNumRegions;
   if (w.reg[r]) {
-    if (g_no_dereg_in_flight && in_flight(w, r)) return;
     if (w.eng->dereg_mr(w.key[r]) != 0) fail("dereg_mr of a registered MR", r);
     w.reg[r] = false;
     // A WRITE in progress into this MR may not go on into it (nor into a new registration of it).
@@ -862,7 +844,6 @@ void op_qp(World& w, In& in) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!g_w) {
     g_w = new World();
-    g_no_dereg_in_flight = std::getenv("FUZZ_ENGINE_NO_DEREG_IN_FLIGHT") != nullptr;
     g_trace = std::getenv("FUZZ_ENGINE_TRACE") != nullptr;
   }
   World& w = *g_w;

@@ -864,9 +864,11 @@ TEST_CASE("address resolution: one client's unresolvable address does not delay 
 
   SECTION("create_ah") {
     std::atomic<int> rc{1};
+    const uint64_t r0 = f.server.stats().requests;
     const auto t0 = clock::now();
     std::thread t([&] { rc = create_ah(slow, spd, droce::shim::test::unreachable_gid()); });
-    REQUIRE(eventually([&] { return f.server.stats().parked_now == 1; }, 1000));
+    REQUIRE(eventually([&] { return f.server.stats().requests > r0; }, 1000));  // the server has it
+    CHECK(eventually([&] { return f.server.stats().parked_now == 1; }, 1000));
     // Meanwhile another client is served at once, including its own resolution.
     const auto q0 = clock::now();
     for (int i = 0; i < 20; i++) CHECK(quick.pd() != 0);
@@ -896,11 +898,13 @@ TEST_CASE("address resolution: one client's unresolvable address does not delay 
     a.dest_qp_num = 5;
     a.ah_attr = ah_to(droce::shim::test::unreachable_gid());
     std::atomic<int> rc{1};
+    const uint64_t r0 = f.server.stats().requests;
     std::thread t([&] {
       Empty e2;
       rc = slow.conn.call<Op::ModifyQp>({sq, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN, a}, e2);
     });
-    REQUIRE(eventually([&] { return f.server.stats().parked_now == 1; }, 1000));
+    REQUIRE(eventually([&] { return f.server.stats().requests > r0; }, 1000));  // the server has it
+    CHECK(eventually([&] { return f.server.stats().parked_now == 1; }, 1000));
     const auto q0 = clock::now();
     ClientCq qcq;
     ClientQp qqp;
@@ -917,8 +921,10 @@ TEST_CASE("address resolution: one client's unresolvable address does not delay 
     CHECK(qr.attr.qp_state == IBV_QPS_INIT);
   }
   SECTION("a client killed while its request is parked is cleaned up") {
+    const uint64_t r0 = f.server.stats().requests;
     std::thread t([&] { create_ah(slow, spd, droce::shim::test::unreachable_gid()); });
-    REQUIRE(eventually([&] { return f.server.stats().parked_now == 1; }, 1000));
+    REQUIRE(eventually([&] { return f.server.stats().requests > r0; }, 1000));  // the server has it
+    CHECK(eventually([&] { return f.server.stats().parked_now == 1; }, 1000));
     shutdown(slow.conn.fd(), SHUT_RDWR);
     t.join();
     CHECK(eventually([&] { return f.server.stats().clients == 1; }));
