@@ -6,7 +6,10 @@
 //      naming that QP;
 //   2. a QP the program moves to ERR itself raises no event (async_fd stays
 //      quiet, nonblocking ibv_get_async_event fails with EAGAIN);
-//   3. prints "waiting for DEVICE_FATAL", then the script stops the daemon:
+//   3. a QP on an SRQ that enters ERR: IBV_EVENT_QP_LAST_WQE_REACHED naming it;
+//   4. a CQ overrun (receives flushed into a CQ too small for them):
+//      IBV_EVENT_CQ_ERR naming that CQ; prints "events: N" (all it got so far);
+//   5. prints "waiting for DEVICE_FATAL", then the script stops the daemon:
 //      async_fd becomes readable and the event is IBV_EVENT_DEVICE_FATAL.
 //   shim_async_check PEER_IPV4 SGID_INDEX
 #include <arpa/inet.h>
@@ -18,13 +21,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 namespace {
 
 int failures = 0;
 
-void check(bool ok, const char* what) {
-  std::printf("%s %s\n", ok ? "ok  " : "FAIL", what);
+void check(bool ok, const std::string& what) {
+  std::printf("%s %s\n", ok ? "ok  " : "FAIL", what.c_str());
   std::fflush(stdout);
   if (!ok) ++failures;
 }
@@ -137,7 +141,81 @@ int main(int argc, char** argv) {
   errno = 0;
   check(ibv_get_async_event(ctx, &ev) == -1 && errno == EAGAIN, "nonblocking ibv_get_async_event: EAGAIN");
 
-  // 3. The daemon goes away.
+  int events = 1;  // QP_FATAL above; the daemon's async_events counter must agree (shim_pair.sh)
+
+  // 3. LAST_WQE_REACHED: a QP on an SRQ that enters ERR (here by the program).
+  ibv_srq_init_attr sa{};
+  sa.attr.max_wr = 16;
+  sa.attr.max_sge = 1;
+  ibv_srq* srq = ibv_create_srq(pd, &sa);
+  ibv_qp* qp3 = nullptr;
+  if (srq != nullptr) {
+    ibv_qp_init_attr ia{};
+    ia.send_cq = cq;
+    ia.recv_cq = cq;
+    ia.srq = srq;
+    ia.qp_type = IBV_QPT_RC;
+    ia.cap.max_send_wr = 4;
+    ia.cap.max_send_sge = 1;
+    qp3 = ibv_create_qp(pd, &ia);
+  }
+  a = ibv_qp_attr{};
+  a.qp_state = IBV_QPS_ERR;
+  check(qp3 != nullptr && ibv_modify_qp(qp3, &a, IBV_QP_STATE) == 0, "a QP on an SRQ moved to ERR");
+  check(readable(ctx->async_fd, 5000), "async_fd readable");
+  rc = ibv_get_async_event(ctx, &ev);
+  check(rc == 0 && ev.event_type == IBV_EVENT_QP_LAST_WQE_REACHED && ev.element.qp == qp3,
+        "ibv_get_async_event: IBV_EVENT_QP_LAST_WQE_REACHED for that QP");
+  if (rc == 0) {
+    ibv_ack_async_event(&ev);
+    ++events;
+  }
+
+  // 4. CQ_ERR: more completions than the CQ holds (receives flushed into a small CQ).
+  ibv_cq* small = ibv_create_cq(ctx, 1, nullptr, nullptr, 0);
+  ibv_qp* qp4 = nullptr;
+  const int nrecv = small ? small->cqe + 8 : 0;
+  if (small != nullptr) {
+    ibv_qp_init_attr ia{};
+    ia.send_cq = cq;
+    ia.recv_cq = small;
+    ia.qp_type = IBV_QPT_RC;
+    ia.cap.max_send_wr = 4;
+    ia.cap.max_recv_wr = static_cast<uint32_t>(nrecv);
+    ia.cap.max_send_sge = 1;
+    ia.cap.max_recv_sge = 1;
+    qp4 = ibv_create_qp(pd, &ia);
+    ibv_qp_attr ini{};
+    ini.qp_state = IBV_QPS_INIT;
+    ini.port_num = 1;
+    if (qp4 != nullptr &&
+        ibv_modify_qp(qp4, &ini, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) != 0) {
+      ibv_destroy_qp(qp4);
+      qp4 = nullptr;
+    }
+  }
+  int posted = 0;
+  for (int i = 0; qp4 != nullptr && i < nrecv; ++i) {
+    ibv_recv_wr rw{}, *rbad = nullptr;
+    rw.wr_id = 100 + static_cast<uint64_t>(i);
+    posted += ibv_post_recv(qp4, &rw, &rbad) == 0;
+  }
+  check(posted == nrecv && nrecv > 1, "a CQ of " + std::to_string(small ? small->cqe : 0) + " entries, " +
+                                          std::to_string(nrecv) + " receives posted on a QP using it");
+  a = ibv_qp_attr{};
+  a.qp_state = IBV_QPS_ERR;
+  check(qp4 != nullptr && ibv_modify_qp(qp4, &a, IBV_QP_STATE) == 0, "that QP moved to ERR: its receives flush");
+  bool cq_err = false;
+  for (int i = 0; i < 4 && !cq_err && readable(ctx->async_fd, 5000); ++i) {
+    if (ibv_get_async_event(ctx, &ev) != 0) break;
+    ++events;
+    cq_err = ev.event_type == IBV_EVENT_CQ_ERR && ev.element.cq == small;
+    ibv_ack_async_event(&ev);
+  }
+  check(cq_err, "ibv_get_async_event: IBV_EVENT_CQ_ERR for the overrun CQ");
+  std::printf("events: %d\n", events);
+
+  // 5. The daemon goes away.
   std::printf("waiting for DEVICE_FATAL\n");
   std::fflush(stdout);
   const bool r = readable(ctx->async_fd, 30000);
