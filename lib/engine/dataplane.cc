@@ -511,7 +511,6 @@ Dataplane::Dataplane(DataplaneConfig cfg) : cfg_(std::move(cfg)) {
       }
       ec.ecn = spec.ecn;
       ec.key_seed = key_seeds[s.port];
-      ec.max_mtu = verbs::max_mtu_for_link(spec.port->mtu());
       ec.qpn_stride = static_cast<uint32_t>(ps.cores.size());
       ec.qpn_offset = s.index;
       ec.mr_mem_bytes = verbs::MrTable::bytes_for(ec.max_mrs);

@@ -143,6 +143,31 @@ int main(int argc, char** argv) {
 
   int events = 1;  // QP_FATAL above; the daemon's async_events counter must agree (shim_pair.sh)
 
+  // A path MTU above what the port carries (the node's port MTU is 1500: max_mtu 1024) is refused.
+  {
+    ibv_port_attr pa{};
+    ibv_qp* qm = make_qp(pd, cq);
+    ibv_qp_attr m{};
+    m.qp_state = IBV_QPS_RTR;
+    m.path_mtu = IBV_MTU_4096;
+    m.dest_qp_num = 0x12;
+    m.max_dest_rd_atomic = 1;
+    m.min_rnr_timer = 12;
+    m.ah_attr.is_global = 1;
+    m.ah_attr.port_num = 1;
+    m.ah_attr.grh.sgid_index = static_cast<uint8_t>(std::atoi(argv[2]));
+    m.ah_attr.grh.hop_limit = 64;
+    m.ah_attr.grh.dgid.raw[10] = 0xff;
+    m.ah_attr.grh.dgid.raw[11] = 0xff;
+    std::memcpy(m.ah_attr.grh.dgid.raw + 12, &peer, 4);
+    const uint32_t mm = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                        IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+    check(ibv_query_port(ctx, 1, &pa) == 0 && pa.max_mtu == IBV_MTU_1024, "port max_mtu 1024 (Ethernet MTU 1500)");
+    check(qm != nullptr && ibv_modify_qp(qm, &m, mm) == EINVAL, "modify_qp to RTR with path MTU 4096: EINVAL");
+    m.path_mtu = IBV_MTU_1024;
+    check(qm != nullptr && ibv_modify_qp(qm, &m, mm) == 0, "the same with path MTU 1024: accepted");
+  }
+
   // 3. LAST_WQE_REACHED: a QP on an SRQ that enters ERR (here by the program).
   ibv_srq_init_attr sa{};
   sa.attr.max_wr = 16;

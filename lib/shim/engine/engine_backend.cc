@@ -225,13 +225,17 @@ int EngineShimBackend::query_device(uint32_t dev, ibv_device_attr& a) {
   return 0;
 }
 
+// Ethernet MTU 1500 carries IB MTU 1024; larger only with a jumbo port.
+ibv_mtu EngineShimBackend::port_max_mtu(uint32_t dev) const {
+  const uint32_t eth_mtu = cfg_.ports.at(dev).mtu;
+  return eth_mtu >= 4200 ? IBV_MTU_4096 : eth_mtu >= 2100 ? IBV_MTU_2048 : IBV_MTU_1024;
+}
+
 int EngineShimBackend::query_port(uint32_t dev, uint32_t port, ibv_port_attr& p) {
   if (dev >= dp_.port_count() || port != 1) return -EINVAL;
   p = ibv_port_attr{};
   p.state = IBV_PORT_ACTIVE;
-  // Ethernet MTU 1500 carries IB MTU 1024; larger only with a jumbo port.
-  const uint32_t eth_mtu = cfg_.ports.at(dev).mtu;
-  const ibv_mtu max = eth_mtu >= 4200 ? IBV_MTU_4096 : eth_mtu >= 2100 ? IBV_MTU_2048 : IBV_MTU_1024;
+  const ibv_mtu max = port_max_mtu(dev);
   p.max_mtu = max;
   p.active_mtu = std::min<ibv_mtu>(max, static_cast<ibv_mtu>(mtu_enum(cfg_.roce.path_mtu)));
   p.gid_tbl_len = static_cast<int>(dp_.gids(dev).size());
@@ -522,7 +526,9 @@ int EngineShimBackend::modify_qp(const ClientInfo&, ObjId id, const ibv_qp_attr&
   v.qp_state = static_cast<verbs::QpState>(a.qp_state);
   v.cur_qp_state = static_cast<verbs::QpState>(a.cur_qp_state);
   if ((mask & verbs::kQpState) && a.qp_state > IBV_QPS_ERR) return -EINVAL;
-  if ((mask & verbs::kQpPathMtu) && (a.path_mtu < IBV_MTU_256 || a.path_mtu > IBV_MTU_4096)) return -EINVAL;
+  // A path MTU the port's link cannot carry (above ibv_query_port's max_mtu): refused,
+  // never a QP whose packets never arrive.
+  if ((mask & verbs::kQpPathMtu) && (a.path_mtu < IBV_MTU_256 || a.path_mtu > port_max_mtu(p->port))) return -EINVAL;
   v.path_mtu = static_cast<verbs::Mtu>(a.path_mtu);
   v.qkey = a.qkey;
   v.rq_psn = a.rq_psn & 0xffffff;

@@ -89,6 +89,8 @@ class EngineShimBackend final : public ShimBackend {
   static constexpr uint32_t kMaxAhs = 4096;
 
  private:
+  // The largest IB MTU port dev's configured Ethernet MTU carries (query_port's max_mtu).
+  ibv_mtu port_max_mtu(uint32_t dev) const;
   struct Cq;
   struct Srq;
   struct Qp;
