@@ -57,6 +57,25 @@ ibv_qp* make_qp(ibv_pd* pd, ibv_cq* cq) {
   return qp;
 }
 
+// RTR towards QPN dest_qpn at the peer's IPv4-mapped GID, path MTU 1024.
+ibv_qp_attr rtr_attr(const in_addr& peer, uint8_t sgid_index, uint32_t dest_qpn) {
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_RTR;
+  a.path_mtu = IBV_MTU_1024;
+  a.dest_qp_num = dest_qpn;
+  a.rq_psn = 0;
+  a.max_dest_rd_atomic = 1;
+  a.min_rnr_timer = 12;
+  a.ah_attr.is_global = 1;
+  a.ah_attr.port_num = 1;
+  a.ah_attr.grh.sgid_index = sgid_index;
+  a.ah_attr.grh.hop_limit = 64;
+  a.ah_attr.grh.dgid.raw[10] = 0xff;
+  a.ah_attr.grh.dgid.raw[11] = 0xff;
+  std::memcpy(a.ah_attr.grh.dgid.raw + 12, &peer, 4);
+  return a;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -83,20 +102,8 @@ int main(int argc, char** argv) {
   check(!readable(ctx->async_fd, 0), "async_fd quiet after open");
 
   // 1. QP_FATAL: nobody answers, one ACK timeout of 8 us, no retry.
-  ibv_qp_attr a{};
-  a.qp_state = IBV_QPS_RTR;
-  a.path_mtu = IBV_MTU_1024;
-  a.dest_qp_num = 0xFFFF00;  // no such QP on the peer: it drops the request
-  a.rq_psn = 0;
-  a.max_dest_rd_atomic = 1;
-  a.min_rnr_timer = 12;
-  a.ah_attr.is_global = 1;
-  a.ah_attr.port_num = 1;
-  a.ah_attr.grh.sgid_index = static_cast<uint8_t>(std::atoi(argv[2]));
-  a.ah_attr.grh.hop_limit = 64;
-  a.ah_attr.grh.dgid.raw[10] = 0xff;
-  a.ah_attr.grh.dgid.raw[11] = 0xff;
-  std::memcpy(a.ah_attr.grh.dgid.raw + 12, &peer, 4);
+  const auto sgid = static_cast<uint8_t>(std::atoi(argv[2]));
+  ibv_qp_attr a = rtr_attr(peer, sgid, 0xFFFF00);  // no such QP on the peer: it drops the request
   int rc = ibv_modify_qp(qp, &a,
                          IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
                              IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
@@ -147,19 +154,8 @@ int main(int argc, char** argv) {
   {
     ibv_port_attr pa{};
     ibv_qp* qm = make_qp(pd, cq);
-    ibv_qp_attr m{};
-    m.qp_state = IBV_QPS_RTR;
+    ibv_qp_attr m = rtr_attr(peer, sgid, 0x12);
     m.path_mtu = IBV_MTU_4096;
-    m.dest_qp_num = 0x12;
-    m.max_dest_rd_atomic = 1;
-    m.min_rnr_timer = 12;
-    m.ah_attr.is_global = 1;
-    m.ah_attr.port_num = 1;
-    m.ah_attr.grh.sgid_index = static_cast<uint8_t>(std::atoi(argv[2]));
-    m.ah_attr.grh.hop_limit = 64;
-    m.ah_attr.grh.dgid.raw[10] = 0xff;
-    m.ah_attr.grh.dgid.raw[11] = 0xff;
-    std::memcpy(m.ah_attr.grh.dgid.raw + 12, &peer, 4);
     const uint32_t mm = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
                         IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
     check(ibv_query_port(ctx, 1, &pa) == 0 && pa.max_mtu == IBV_MTU_1024, "port max_mtu 1024 (Ethernet MTU 1500)");
