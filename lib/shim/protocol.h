@@ -57,6 +57,25 @@ enum class Op : uint16_t {
   DestroyAh,         // HandleReq -> Empty
   OpenAsync,         // Empty -> Empty + the client's async eventfd (one per connection)
   GetAsyncEvent,     // Empty -> AsyncEventResp, -EAGAIN when none is pending
+  // ---- RDMA CM (cm_backend.h; the drop-in librdmacm). Allowed before
+  // OpenDevice: a CM connection opens no device. -ENOSYS without a CM backend.
+  CmCreateChannel,   // Empty -> HandleResp + eventfd (semaphore: one count per queued event)
+  CmDestroyChannel,  // HandleReq -> Empty (its ids must be gone: -EBUSY)
+  CmCreateId,        // CmCreateIdReq -> HandleResp
+  CmDestroyId,       // HandleReq -> Empty (established: DREQ; being set up: REJ; its unread events dropped)
+  CmMigrateId,       // CmMigrateIdReq -> Empty (its unread events move along)
+  CmBindAddr,        // CmAddrReq -> CmIdInfo (port 0: an ephemeral port is picked)
+  CmResolveAddr,     // CmResolveAddrReq -> Empty; event ADDR_RESOLVED / ADDR_ERROR
+  CmResolveRoute,    // CmIdTimeoutReq -> Empty; event ROUTE_RESOLVED
+  CmListen,          // CmListenReq -> Empty
+  CmConnect,         // CmConnParamReq -> Empty (REQ / SIDR_REQ goes out)
+  CmAccept,          // CmConnParamReq -> Empty (REP / SIDR_REP)
+  CmReject,          // CmRejectReq -> Empty
+  CmEstablish,       // HandleReq -> Empty (active: RTU, after the QP reached RTS)
+  CmDisconnect,      // HandleReq -> Empty (DREQ, or DREP to the peer's DREQ)
+  CmInitQpAttr,      // CmInitQpAttrReq -> CmInitQpAttrResp
+  CmGetEvent,        // HandleReq (channel) -> CmEventResp; -EAGAIN when none is queued
+  CmQueryId,         // HandleReq -> CmIdInfo
   Count_
 };
 
@@ -216,6 +235,97 @@ struct AsyncEventResp {
   uint32_t handle;      // the object it is about: a QP, a CQ (IBV_EVENT_CQ_ERR) or an SRQ (IBV_EVENT_SRQ_*)
 };
 
+// ---- RDMA CM. Addresses are sockaddr_in / sockaddr_in6 in a
+// sockaddr_storage-sized field (family AF_INET or AF_INET6, port in network
+// order as in a sockaddr). Handles of ids and channels are per connection.
+struct CmAddr {
+  uint8_t bytes[128];  // struct sockaddr_storage
+};
+struct CmCreateIdReq {
+  uint32_t channel;   // handle
+  uint32_t ps;        // enum rdma_port_space
+  uint32_t qp_type;   // ibv_qp_type (RC, UC, UD)
+  uint32_t reserved;
+};
+struct CmMigrateIdReq {
+  uint32_t id;
+  uint32_t channel;
+};
+struct CmAddrReq {
+  uint32_t id;
+  uint32_t reserved;
+  CmAddr addr;
+};
+struct CmResolveAddrReq {
+  uint32_t id;
+  uint32_t timeout_ms;
+  CmAddr src;  // family 0: none (droced picks the source address of the route)
+  CmAddr dst;
+};
+struct CmIdTimeoutReq {
+  uint32_t id;
+  uint32_t timeout_ms;
+};
+struct CmListenReq {
+  uint32_t id;
+  uint32_t backlog;
+};
+// rdma_conn_param (private data copied in), plus the QP the id uses.
+struct CmConnParam {
+  uint8_t private_data[196];
+  uint8_t private_data_len;
+  uint8_t responder_resources;
+  uint8_t initiator_depth;
+  uint8_t flow_control;
+  uint8_t retry_count;
+  uint8_t rnr_retry_count;
+  uint8_t srq;
+  uint8_t reserved;
+  uint32_t qp_num;  // the id's QP (0: none, then the program moves its QP itself)
+  uint32_t qkey;    // UD
+};
+struct CmConnParamReq {
+  uint32_t id;
+  uint32_t reserved;
+  CmConnParam param;
+};
+struct CmRejectReq {
+  uint32_t id;
+  uint32_t private_data_len;
+  uint8_t private_data[148];
+};
+struct CmInitQpAttrReq {
+  uint32_t id;
+  uint32_t qp_state;  // ibv_qp_state wanted: INIT, RTR or RTS
+};
+struct CmInitQpAttrResp {
+  ibv_qp_attr attr;
+  uint32_t mask;  // ibv_qp_attr_mask
+  uint32_t reserved;
+};
+// What an id is bound to: its device (OpenDevice index), port and addresses.
+struct CmIdInfo {
+  uint32_t dev;       // UINT32_MAX: not bound to a device yet
+  uint32_t port_num;  // 1
+  CmAddr src;
+  CmAddr dst;
+  ibv_gid sgid;
+  ibv_gid dgid;
+  uint16_t pkey;
+  uint16_t reserved[3];
+};
+struct CmEventResp {
+  uint32_t event;      // enum rdma_cm_event_type
+  int32_t status;
+  uint32_t id;         // the id it is about (CONNECT_REQUEST: a new id, already in the channel)
+  uint32_t listen_id;  // CONNECT_REQUEST: the listening id
+  CmConnParam param;   // CONNECT_REQUEST / ESTABLISHED / REJECTED / CONNECT_RESPONSE: what the peer sent
+  CmIdInfo info;       // the id's addresses (a new id's are set here)
+  ibv_ah_attr ah_attr; // UD: the address of the peer (ESTABLISHED after SIDR_REP, CONNECT_REQUEST)
+  uint32_t ud_qp_num;
+  uint32_t ud_qkey;
+};
+
 // The body type of each op's request and response.
 template <Op O> struct Body;
 #define DROCE_SHIM_OP(O, Req, Resp)      \
@@ -248,6 +358,23 @@ DROCE_SHIM_OP(CreateAh, CreateAhReq, CreateAhResp)
 DROCE_SHIM_OP(DestroyAh, HandleReq, Empty)
 DROCE_SHIM_OP(OpenAsync, Empty, Empty)
 DROCE_SHIM_OP(GetAsyncEvent, Empty, AsyncEventResp)
+DROCE_SHIM_OP(CmCreateChannel, Empty, HandleResp)
+DROCE_SHIM_OP(CmDestroyChannel, HandleReq, Empty)
+DROCE_SHIM_OP(CmCreateId, CmCreateIdReq, HandleResp)
+DROCE_SHIM_OP(CmDestroyId, HandleReq, Empty)
+DROCE_SHIM_OP(CmMigrateId, CmMigrateIdReq, Empty)
+DROCE_SHIM_OP(CmBindAddr, CmAddrReq, CmIdInfo)
+DROCE_SHIM_OP(CmResolveAddr, CmResolveAddrReq, Empty)
+DROCE_SHIM_OP(CmResolveRoute, CmIdTimeoutReq, Empty)
+DROCE_SHIM_OP(CmListen, CmListenReq, Empty)
+DROCE_SHIM_OP(CmConnect, CmConnParamReq, Empty)
+DROCE_SHIM_OP(CmAccept, CmConnParamReq, Empty)
+DROCE_SHIM_OP(CmReject, CmRejectReq, Empty)
+DROCE_SHIM_OP(CmEstablish, HandleReq, Empty)
+DROCE_SHIM_OP(CmDisconnect, HandleReq, Empty)
+DROCE_SHIM_OP(CmInitQpAttr, CmInitQpAttrReq, CmInitQpAttrResp)
+DROCE_SHIM_OP(CmGetEvent, HandleReq, CmEventResp)
+DROCE_SHIM_OP(CmQueryId, HandleReq, CmIdInfo)
 #undef DROCE_SHIM_OP
 
 // Empty bodies are sent as zero bytes.
