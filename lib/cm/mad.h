@@ -207,7 +207,8 @@ struct SidrReq {
   friend bool operator==(const SidrReq&, const SidrReq&) = default;
 };
 
-enum class SidrStatus : uint8_t { Ok = 0, NoQp = 1, Reject = 2, NoMatch = 3, Redirect = 4, VersionUnsupported = 5 };
+// SIDR_REP status (IBTA table 122; Linux enum ib_cm_sidr_status).
+enum class SidrStatus : uint8_t { Ok = 0, Unsupported = 1, Reject = 2, NoQp = 3, Redirect = 4, VersionUnsupported = 5 };
 
 struct SidrRep {
   uint32_t request_id = 0;
