@@ -30,7 +30,7 @@ uint64_t timeout_ns(uint8_t t) noexcept {
   return uint64_t{4096} << std::min<uint8_t>(t, 31);
 }
 
-constexpr uint64_t kSendRetryNs = 1'000'000;  // a MAD that could not go out (MAC unknown) is tried again after 1 ms
+// A MAD that could not go out (MAC unknown) is tried again at every tick for this long.
 constexpr uint64_t kSendRetryMaxNs = 3'000'000'000;
 
 bool gid_zero(const wire::Gid& g) noexcept {
