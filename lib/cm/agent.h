@@ -30,7 +30,7 @@ enum class QpKind : uint8_t { Rc, Uc, Ud };
 enum class EventType : uint8_t {
   ConnectRequest,   // passive: REQ (RC/UC) or SIDR_REQ (UD) for a listener; `id` is the new connection
   ConnectResponse,  // active RC/UC: REP received; move the QP to RTR/RTS (qp_params), then establish()
-  Established,      // passive: RTU (or establish()); active UD: SIDR_REP OK (ud_qpn/ud_qkey)
+  Established,      // passive: RTU received; active UD: SIDR_REP OK (ud_qpn/ud_qkey)
   Rejected,         // REJ received (status = reason), SIDR_REP not OK (status = SIDR status)
   Unreachable,      // the REQ/REP/SIDR_REQ went unanswered through every retry
   Disconnected,     // DREQ received (DREP sent), or our DREQ answered or timed out
@@ -96,6 +96,7 @@ struct AgentConfig {
   uint64_t ca_guid = 0;               // our node GUID (host value)
   uint8_t cm_response_timeout = 20;   // what we ask peers for (4.096 us * 2^n), as Linux
   uint8_t max_cm_retries = 15;
+  uint8_t max_path_mtu = 5;           // IB encoding: a REQ's larger path MTU is lowered to it
   uint8_t local_ack_timeout = 14;     // the QPs' ACK timeout offered in REQ
   uint32_t max_conns = 4096;
   uint64_t max_retry_wait_ns = 4'000'000'000;  // cap on one MAD retransmission wait
@@ -161,7 +162,8 @@ class Agent {
   int accept(ConnId id, const ConnParam& param);
   // Passive: REJ consumer-defined with private data (or SIDR_REP reject).
   int reject(ConnId id, std::span<const uint8_t> private_data);
-  // Active RC/UC after ConnectResponse (QP in RTS): RTU; the Established event follows.
+  // Active RC/UC after ConnectResponse (QP in RTS): RTU. No event: the caller
+  // reports ESTABLISHED itself (as librdmacm turns CONNECT_RESPONSE into it).
   int establish(ConnId id);
   // DREQ (established), or DREP when the peer's DREQ came first.
   int disconnect(ConnId id);
