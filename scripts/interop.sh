@@ -588,6 +588,7 @@ run_cm() {
   [ "$test" = udaddy ] && port=7174
   if [ "$dir" = d2r ]; then srv=$G1_IP hrole=client grole=server; else srv=$DROCE_IP hrole=server grole=client; fi
   local tmo=$((90 + iters / 5))
+  [ "$test" = rej ] && tmo=40  # a REJ comes at once; without one the client would retry for a minute
   case $loss in droce:*|rxe:*) tmo=$((tmo * 3)) ;; esac
   local hcmd gcmd
   cm_cmd "$test" "$hrole" host "$srv" "$port" "$iters"; hcmd=("${CMD[@]}")
