@@ -33,6 +33,7 @@ struct CmaHdr {
   // Addresses as GIDs: IPv4 as ::ffff:a.b.c.d (on the wire: 12 zero bytes + the address).
   wire::Gid src{};
   wire::Gid dst{};
+  friend bool operator==(const CmaHdr&, const CmaHdr&) = default;
 };
 // False if the header is malformed (short, version != 0, IP version not 4/6).
 bool decode_cma_hdr(std::span<const uint8_t> pdata, CmaHdr& h) noexcept;

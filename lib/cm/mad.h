@@ -52,6 +52,7 @@ struct MadHdr {
   uint64_t tid = 0;
   Attr attr_id = Attr::Req;
   uint32_t attr_mod = 0;
+  friend bool operator==(const MadHdr&, const MadHdr&) = default;
 };
 
 // Transport service type in REQ (2 bits).
@@ -69,12 +70,13 @@ struct Path {  // primary (or alternate) path of a REQ
   uint8_t sl = 0;                // 4 bits
   bool subnet_local = false;
   uint8_t local_ack_timeout = 0; // 5 bits
+  friend bool operator==(const Path&, const Path&) = default;
 };
 
 struct Req {
   uint32_t local_comm_id = 0;
   uint64_t service_id = 0;
-  uint64_t local_ca_guid = 0;  // network order as on the wire is NOT kept: host value
+  uint64_t local_ca_guid = 0;  // host value of the big-endian wire field
   uint32_t local_qkey = 0;
   uint32_t local_qpn = 0;               // 24 bits
   uint8_t responder_resources = 0;
@@ -94,8 +96,9 @@ struct Req {
   uint8_t extended_transport = 0;       // 3 bits
   Path primary;
   bool has_alternate = false;           // alternate path present (non-zero LIDs/GIDs)
-  Path alternate;
+  Path alternate;                       // decode: Path{} when absent; encode: zeros unless has_alternate
   uint8_t private_data[kReqPrivate]{};
+  friend bool operator==(const Req&, const Req&) = default;
 };
 
 struct Mra {
@@ -104,6 +107,7 @@ struct Mra {
   uint8_t message_mraed = 0;            // 2 bits: 0 REQ, 1 REP, 2 LAP
   uint8_t service_timeout = 0;          // 5 bits
   uint8_t private_data[kMraPrivate]{};
+  friend bool operator==(const Mra&, const Mra&) = default;
 };
 
 // REJ reasons (IBTA table 112) that droce sends or reads.
@@ -151,6 +155,7 @@ struct Rej {
   uint16_t reason = 0;
   uint8_t ari[kRejAriMax]{};
   uint8_t private_data[kRejPrivate]{};
+  friend bool operator==(const Rej&, const Rej&) = default;
 };
 
 struct Rep {
@@ -169,12 +174,14 @@ struct Rep {
   bool srq = false;
   uint64_t local_ca_guid = 0;
   uint8_t private_data[kRepPrivate]{};
+  friend bool operator==(const Rep&, const Rep&) = default;
 };
 
 struct Rtu {
   uint32_t local_comm_id = 0;
   uint32_t remote_comm_id = 0;
   uint8_t private_data[kRtuPrivate]{};
+  friend bool operator==(const Rtu&, const Rtu&) = default;
 };
 
 struct Dreq {
@@ -182,12 +189,14 @@ struct Dreq {
   uint32_t remote_comm_id = 0;
   uint32_t remote_qpn = 0;              // 24 bits (remote QPN/EECN)
   uint8_t private_data[kDreqPrivate]{};
+  friend bool operator==(const Dreq&, const Dreq&) = default;
 };
 
 struct Drep {
   uint32_t local_comm_id = 0;
   uint32_t remote_comm_id = 0;
   uint8_t private_data[kDrepPrivate]{};
+  friend bool operator==(const Drep&, const Drep&) = default;
 };
 
 struct SidrReq {
@@ -195,6 +204,7 @@ struct SidrReq {
   uint16_t pkey = kDefaultPkey;
   uint64_t service_id = 0;
   uint8_t private_data[kSidrReqPrivate]{};
+  friend bool operator==(const SidrReq&, const SidrReq&) = default;
 };
 
 // SIDR_REP status (IBTA table 122; Linux enum ib_cm_sidr_status).
@@ -209,6 +219,7 @@ struct SidrRep {
   uint32_t qkey = 0;
   uint8_t add_info[72]{};
   uint8_t private_data[kSidrRepPrivate]{};
+  friend bool operator==(const SidrRep&, const SidrRep&) = default;
 };
 
 // Decoding errors (counted by the caller, then the MAD is dropped).
@@ -224,10 +235,16 @@ enum class MadError : uint8_t {
 };
 const char* mad_error_name(MadError e) noexcept;
 
-// Header only (any MAD). Error if not a CM SEND MAD of version 1/2.
+// Header only (any MAD). Error if not a CM SEND MAD of version 1/2, or
+// UnknownAttr if its attribute is none of the nine messages below (LAP, APR,
+// ClassPortInfo, ...). h is filled whenever mad has 256 bytes or more, so the
+// caller can still see what it drops.
 MadError decode_hdr(std::span<const uint8_t> mad, MadHdr& h) noexcept;
 
-// Body decoders: mad is the whole 256-byte MAD (header included).
+// Body decoders: mad is the whole 256-byte MAD (header included). The header
+// is checked as by decode_hdr, and its attribute must be the message's
+// (UnknownAttr otherwise). Reserved bits are ignored. BadField: REJ ARI length
+// or SIDR_REP additional information length above 72 (m is filled anyway).
 MadError decode(std::span<const uint8_t> mad, Req& m) noexcept;
 MadError decode(std::span<const uint8_t> mad, Mra& m) noexcept;
 MadError decode(std::span<const uint8_t> mad, Rej& m) noexcept;
@@ -240,6 +257,8 @@ MadError decode(std::span<const uint8_t> mad, SidrRep& m) noexcept;
 
 // Encoders: write the whole 256-byte MAD (header with attr_id set from the
 // message type, tid as given; reserved bytes zero). out.size() >= 256.
+// Fields are masked to their width; REJ ARI length and SIDR_REP additional
+// information length are capped at 72.
 void encode(std::span<uint8_t> out, uint64_t tid, const Req& m) noexcept;
 void encode(std::span<uint8_t> out, uint64_t tid, const Mra& m) noexcept;
 void encode(std::span<uint8_t> out, uint64_t tid, const Rej& m) noexcept;
