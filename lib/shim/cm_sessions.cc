@@ -119,6 +119,7 @@ struct CmSessions::Id {
   wire::Gid src{}, dst{};
   uint16_t sport = 0, dport = 0;
   bool has_binding = false;  // in binds_ (a passive id shares its listener's port)
+  bool bound_any = false;    // bound to the wildcard: the device comes with a resolution
   uint32_t dev = kNoDev;
   Addr addr = Addr::None;
   bool route = false;
@@ -380,6 +381,7 @@ int CmSessions::bind(Id& id, int family, const wire::Gid& ip, uint16_t port, uin
   binds_[{id.rdma_ps, port}].push_back(Binding{ip, &id});
   bindings_++;
   id.has_binding = true;
+  id.bound_any = is_any(ip);
   id.family = family;
   id.src = ip;
   id.sport = port;
@@ -417,7 +419,8 @@ int CmSessions::bind_addr(const ClientInfo& c, const CmAddrReq& q, CmIdInfo& r) 
 int CmSessions::resolve_addr(const ClientInfo& c, const CmResolveAddrReq& q) {
   Id* id = find_id(c, q.id);
   if (id == nullptr) return -EBADF;
-  if (id->role != Id::Role::None || id->addr == Id::Addr::Resolving) return -EINVAL;
+  // As Linux: once per id (again only after ADDR_ERROR).
+  if (id->role != Id::Role::None || id->addr != Id::Addr::None) return -EINVAL;
   int dfam;
   wire::Gid dst;
   uint16_t dport;
@@ -479,6 +482,11 @@ void CmSessions::finish_resolve(Id& id, int status) {
   std::erase(resolving_, &id);
   resolving_n_ = resolving_.size();
   id.addr = status == 0 ? Id::Addr::Resolved : Id::Addr::None;
+  if (status != 0 && id.bound_any) {
+    // Back to the wildcard: the next resolution picks its route again.
+    id.dev = kNoDev;
+    id.src = wire::Gid{};
+  }
   CmEventResp ev{};
   ev.event = status == 0 ? RDMA_CM_EVENT_ADDR_RESOLVED : RDMA_CM_EVENT_ADDR_ERROR;
   ev.status = status;
