@@ -4,7 +4,8 @@
 #   fuzz_parse   the frame parser, its corpus seeded from the rxe captures;
 #   fuzz_engine  a whole transport engine (QPs in RTS, MRs, timers) driven by
 #                frame sequences, its corpus from test/fuzz/corpus/fuzz_engine
-#                and test/fuzz/seeds_engine.py (see test/fuzz/README.md).
+#                and test/fuzz/seeds_engine.py (see test/fuzz/README.md);
+#   fuzz_cm      the CM state machine of a port (MADs, time, program calls).
 #   scripts/fuzz.sh [SECONDS]
 # On a failure the target's report is printed and its crash input kept in
 # build-fuzz/artifacts/ (rerun: build-fuzz/test/fuzz/<target> <input>).
@@ -16,7 +17,7 @@ dir=build-fuzz
 if [ ! -f "$DROCE_ROOT/$dir/build.ninja" ]; then
   CXX=clang++ meson setup "$DROCE_ROOT/$dir" "$DROCE_ROOT" --buildtype=debugoptimized -Dfuzz=true -Dtests=disabled >/dev/null
 fi
-ninja -C "$DROCE_ROOT/$dir" test/fuzz/fuzz_parse test/fuzz/fuzz_engine
+ninja -C "$DROCE_ROOT/$dir" test/fuzz/fuzz_parse test/fuzz/fuzz_engine test/fuzz/fuzz_cm
 mkdir -p "$DROCE_ROOT/$dir/artifacts"
 # UBSan reports count as failures (they are recoverable by default).
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
@@ -54,4 +55,8 @@ mkdir -p "$corpus"
 cp -n "$DROCE_ROOT"/test/fuzz/corpus/fuzz_engine/* "$corpus"/ 2>/dev/null || true
 python3 "$DROCE_ROOT/test/fuzz/seeds_engine.py" "$corpus"
 run_target fuzz_engine "$corpus" -max_len=512 || rc=1
+
+corpus="$DROCE_ROOT/$dir/corpus-cm"
+mkdir -p "$corpus"
+run_target fuzz_cm "$corpus" -max_len=4096 || rc=1
 exit $rc

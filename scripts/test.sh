@@ -71,7 +71,7 @@ run_meson_tests "release" build --buildtype=release
 if [ $quick -eq 0 ]; then
   run_meson_tests "sanitizers" build-san --buildtype=debug -Db_sanitize=address,undefined -Db_lundef=false
   echo "== fuzzing"
-  if bash "$here/fuzz.sh" "${DROCE_FUZZ_SECONDS:-60}"; then add "fuzz (parser, engine)" 1 0; else add "fuzz (parser, engine)" 0 1; fi
+  if bash "$here/fuzz.sh" "${DROCE_FUZZ_SECONDS:-60}"; then add "fuzz (parser, engine, cm)" 1 0; else add "fuzz (parser, engine, cm)" 0 1; fi
   # Two droced nodes under mixed traffic, loss and SIGKILLed clients: RSS,
   # hugepages and fds must stay flat (scripts/soak.sh; 30 minutes by hand).
   echo "== soak (${DROCE_SOAK_MINUTES:-2} min)"

@@ -30,7 +30,7 @@ uint64_t timeout_ns(uint8_t t) noexcept {
   return uint64_t{4096} << std::min<uint8_t>(t, 31);
 }
 
-constexpr uint64_t kSendRetryNs = 1'000'000;  // a MAD that could not go out (MAC unknown) is tried again after 1 ms
+// A MAD that could not go out (MAC unknown) is tried again at every tick for this long.
 constexpr uint64_t kSendRetryMaxNs = 3'000'000'000;
 
 bool gid_zero(const wire::Gid& g) noexcept {
@@ -727,7 +727,10 @@ int Agent::connect(const ConnectArgs& args, uint64_t user, ConnId* out) {
     r.primary.remote_gid = args.remote.ip;
     r.primary.traffic_class = args.traffic_class;
     r.primary.hop_limit = c->hop_limit;
-    r.primary.packet_rate = 0x10;  // 100 Gb/s as an RNIC would say; rates are not enforced
+    r.primary.packet_rate = 0;  // as Linux over RoCE
+    // As Linux (cma_get_roce_udp_flow_label): entropy from the two CM ports.
+    r.primary.flow_label = (uint32_t{args.local.port} * 31 + args.remote.port) & 0xfffff;
+    c->flow_label = r.primary.flow_label;
     r.primary.local_ack_timeout = cfg_.local_ack_timeout;
     encode_cma_hdr(std::span<uint8_t>(r.private_data, sizeof r.private_data), h);
     std::memcpy(r.private_data + kCmaHdrSize, args.param.private_data, args.param.private_data_len);

@@ -130,7 +130,8 @@ void DemuxIo::classify(io::PktBuf* b, io::PktBuf** out, uint16_t& nout, uint16_t
     const uint8_t* bth = d + l4 + 8;
     const uint32_t dqpn = uint32_t{bth[5]} << 16 | uint32_t{bth[6]} << 8 | bth[7];
     const uint32_t n = static_cast<uint32_t>(dp_.ports_[port_].cores.size());
-    const uint32_t owner = n == 1 ? 0 : dqpn % n;
+    // QPN 1 (the GSI QP, the CM's MADs) lives on the port's home core.
+    const uint32_t owner = n == 1 || dqpn == transport::kGsiQpn ? 0 : dqpn % n;
     if (owner == me_) {
       deliver(b, out, nout, cap);
     } else {

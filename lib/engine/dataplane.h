@@ -233,12 +233,14 @@ class Dataplane {
   CoreLoop& core(size_t i) { return *cores_.at(i); }
   size_t port_count() const noexcept { return ports_.size(); }
   const PortSpec& port(uint32_t p) const { return cfg_.ports.at(p); }
-  // Core indexes serving port p (QPN n belongs to port_cores(p)[n % size]).
+  // Core indexes serving port p (QPN n belongs to port_cores(p)[n % size],
+  // except QPN 1, the GSI QP, which belongs to the home core port_cores(p)[0]).
   const std::vector<size_t>& port_cores(uint32_t p) const { return ports_.at(p).cores; }
   size_t owner_core(uint32_t p, uint32_t qpn) const {
     const auto& c = ports_.at(p).cores;
-    return c[qpn % c.size()];
+    return qpn == transport::kGsiQpn ? c[0] : c[qpn % c.size()];
   }
+  size_t home_core(uint32_t p) const { return ports_.at(p).cores.at(0); }
   // A core for a new QP on port p (round robin).
   size_t pick_core(uint32_t p);
   const netstack::GidTable& gids(uint32_t p) const { return ports_.at(p).gids; }

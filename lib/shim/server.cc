@@ -348,13 +348,14 @@ struct ServerOps {
     ibv_qp_cap cap = q.cap;
     auto max_wr = static_cast<uint32_t>(d.max_qp_wr);
     auto max_sge = std::min<uint32_t>(static_cast<uint32_t>(d.max_sge), DROCE_SHM_MAX_SGE);
-    if (cap.max_send_wr < 1 || cap.max_send_wr > max_wr || cap.max_send_sge > max_sge ||
-        cap.max_inline_data > DROCE_SHM_MAX_INLINE)
+    // 0 work requests of a kind is allowed (a QP that only receives or only
+    // sends: qperf asks for that), as rxe and RNICs do; it gets the smallest
+    // ring, and the actual capacity is reported (>= what was asked).
+    if (cap.max_send_wr > max_wr || cap.max_send_sge > max_sge || cap.max_inline_data > DROCE_SHM_MAX_INLINE)
       return -EINVAL;
-    if (srq == nullptr && (cap.max_recv_wr < 1 || cap.max_recv_wr > max_wr || cap.max_recv_sge > max_sge))
-      return -EINVAL;
-    uint32_t sq_entries = ring_entries_for(cap.max_send_wr);
-    uint32_t rq_entries = srq ? 0 : ring_entries_for(cap.max_recv_wr);
+    if (srq == nullptr && (cap.max_recv_wr > max_wr || cap.max_recv_sge > max_sge)) return -EINVAL;
+    uint32_t sq_entries = ring_entries_for(std::max<uint32_t>(cap.max_send_wr, 1));
+    uint32_t rq_entries = srq ? 0 : ring_entries_for(std::max<uint32_t>(cap.max_recv_wr, 1));
     cap.max_send_wr = sq_entries;
     cap.max_send_sge = std::max<uint32_t>(cap.max_send_sge, 1);
     cap.max_inline_data = DROCE_SHM_MAX_INLINE;

@@ -184,7 +184,8 @@ int Engine::destroy_srq(verbs::Srq* srq) {
   return EINVAL;
 }
 
-int Engine::create_qp(const verbs::QpInitAttr& init, uint32_t* qpn) {
+namespace {
+int check_init(const verbs::QpInitAttr& init, const uint32_t* qpn) noexcept {
   if (!qpn || init.pd == 0 || !init.send_cq || !init.recv_cq) return EINVAL;
   if (init.qp_type != verbs::QpType::RC && init.qp_type != verbs::QpType::UC && init.qp_type != verbs::QpType::UD)
     return EINVAL;
@@ -193,6 +194,30 @@ int Engine::create_qp(const verbs::QpInitAttr& init, uint32_t* qpn) {
       c.max_send_sge > verbs::kMaxSge || c.max_recv_sge > verbs::kMaxSge || c.max_inline_data > verbs::kMaxInline)
     return EINVAL;
   if (init.srq && init.srq->pd() != init.pd) return EINVAL;
+  return 0;
+}
+}  // namespace
+
+Qp& Engine::install_qp(uint32_t n, const verbs::QpInitAttr& init) {
+  qps_[n] = std::make_unique<Qp>(n, init);
+  qps_[n]->mtu = verbs::mtu_bytes(cfg_.port_mtu);
+  qps_[n]->hdr.l2.src = io_.mac();
+  qps_[n]->hdr.l3.src = cfg_.gid;
+  live_qps_.push_back(qps_[n].get());
+  return *qps_[n];
+}
+
+int Engine::create_gsi_qp(const verbs::QpInitAttr& init, uint32_t* qpn) {
+  if (int rc = check_init(init, qpn)) return rc;
+  if (init.qp_type != verbs::QpType::UD) return EINVAL;
+  if (qps_[kGsiQpn]) return EEXIST;
+  install_qp(kGsiQpn, init).attr.qkey = kGsiQkey;
+  *qpn = kGsiQpn;
+  return 0;
+}
+
+int Engine::create_qp(const verbs::QpInitAttr& init, uint32_t* qpn) {
+  if (int rc = check_init(init, qpn)) return rc;
   const uint32_t stride = cfg_.qpn_stride ? cfg_.qpn_stride : 1;
   uint32_t first = cfg_.qpn_offset % stride;
   while (first < 2) first += stride;  // QP0/QP1 are reserved
@@ -208,11 +233,7 @@ int Engine::create_qp(const verbs::QpInitAttr& init, uint32_t* qpn) {
   for (uint32_t k = 0; k < slots; ++k) {
     const uint32_t n = first + ((start + k) % slots) * stride;
     if (!qps_[n]) {
-      qps_[n] = std::make_unique<Qp>(n, init);
-      qps_[n]->mtu = verbs::mtu_bytes(cfg_.port_mtu);
-      qps_[n]->hdr.l2.src = io_.mac();
-      qps_[n]->hdr.l3.src = cfg_.gid;
-      live_qps_.push_back(qps_[n].get());
+      install_qp(n, init);
       *qpn = n;
       return 0;
     }
@@ -294,6 +315,7 @@ int Engine::modify_qp(uint32_t qpn, const verbs::QpAttr& attr, uint32_t mask) no
   Qp* q = qp(qpn);
   if (!q) return EINVAL;
   if (int rc = q->check_modify(attr, mask)) return rc;
+  if (qpn == kGsiQpn && (mask & verbs::kQpQkey) && attr.qkey != kGsiQkey) return EINVAL;  // QP1's Q_Key is fixed
   if ((mask & verbs::kQpPathMtu) && static_cast<uint8_t>(attr.path_mtu) > static_cast<uint8_t>(cfg_.max_mtu))
     return EINVAL;  // larger than the link carries
   const QpState old = q->state;

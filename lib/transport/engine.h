@@ -19,6 +19,11 @@
 
 namespace droce::transport {
 
+// The general services QP (GSI, IBTA 13.4.6): QPN 1, a UD QP whose Q_Key is
+// fixed (the CM's MADs travel on it). cm/mad.h has the same values.
+inline constexpr uint32_t kGsiQpn = 1;
+inline constexpr uint32_t kGsiQkey = 0x80010000;
+
 // Engine counters: enum + name table (engine.cc).
 enum class Ctr : uint16_t {
   RxFrames,
@@ -148,6 +153,12 @@ class Engine {
   int destroy_cq(verbs::Cq* cq);
   int destroy_srq(verbs::Srq* srq);
   int create_qp(const verbs::QpInitAttr& init, uint32_t* qpn);
+  // The GSI QP: QPN 1 (kGsiQpn), UD, whatever this engine's QPN partition;
+  // its Q_Key is kGsiQkey (modify_qp refuses another: EINVAL). It takes
+  // packets from any source, like every UD QP, checked by Q_Key. Only one per
+  // engine: EEXIST when QPN 1 exists; EINVAL for another QP type. QP0 (SMI)
+  // does not exist on RoCE and stays unreachable.
+  int create_gsi_qp(const verbs::QpInitAttr& init, uint32_t* qpn);
   int destroy_qp(uint32_t qpn);
   int modify_qp(uint32_t qpn, const verbs::QpAttr& attr, uint32_t mask) noexcept;
   int query_qp(uint32_t qpn, verbs::QpAttr* attr) const noexcept;
@@ -204,6 +215,7 @@ class Engine {
 
  private:
   void rx(io::PktBuf* b) noexcept;
+  Qp& install_qp(uint32_t n, const verbs::QpInitAttr& init);
   void run_timers() noexcept;
   void flush_tx() noexcept;
   void flush_queues(Qp& qp, bool send_only = false) noexcept;

@@ -446,3 +446,53 @@ TEST_CASE("cm agent: a MAD that cannot go out yet (MAC unknown) is sent as soon 
   CHECK(p.a.agent.counter(CmCtr::TxFail) == 1);
   CHECK(p.a.agent.counter(CmCtr::Retries) == 0);
 }
+
+TEST_CASE("cm agent: the REQ carries what Linux's RDMA CM puts in one (test/data/rxe-cm.txt)", "[cm]") {
+  Pair p;
+  std::vector<Mad> seen;
+  p.link.drop = [&](const Mad& m) {
+    seen.push_back(m);
+    return false;
+  };
+  ConnId act = 0;
+  ConnectArgs c = p.args(7174);
+  c.local.port = 0xe202;
+  REQUIRE(p.a.agent.connect(c, 1, &act) == 0);
+  REQUIRE(seen.size() == 1);
+  Req r;
+  REQUIRE(decode(std::span<const uint8_t>(seen[0].bytes, kMadSize), r) == MadError::None);
+  CHECK(r.service_id == 0x0000000001061c06ull);
+  CHECK(r.local_ca_guid == 0x1111);
+  CHECK(r.local_qpn == 0x123);
+  CHECK(r.remote_cm_response_timeout == 20);
+  CHECK(r.local_cm_response_timeout == 20);
+  CHECK(r.max_cm_retries == 15);
+  CHECK(r.transport == CmTransport::Rc);
+  CHECK(r.pkey == 0xffff);
+  CHECK(r.path_mtu == 3);
+  CHECK(r.starting_psn < (1u << 24));
+  CHECK(r.primary.local_lid == 0xffff);
+  CHECK(r.primary.remote_lid == 0xffff);
+  CHECK(r.primary.local_gid == p.a.addr);
+  CHECK(r.primary.remote_gid == p.b.addr);
+  CHECK(r.primary.hop_limit == 64);
+  CHECK(r.primary.flow_label == 0xb7a44);  // (0xe202 * 31 + 7174) & 0xfffff, as frame 1 of rxe-cm.pcap
+  CHECK(r.primary.packet_rate == 0);
+  CHECK_FALSE(r.has_alternate);
+  CmaHdr h;
+  REQUIRE(decode_cma_hdr(std::span<const uint8_t>(r.private_data, kReqPrivate), h));
+  CHECK(h.ip_version == 4);
+  CHECK(h.src_port == 0xe202);
+  CHECK(h.src == p.a.addr);
+  CHECK(h.dst == p.b.addr);
+  CHECK(std::memcmp(r.private_data + kCmaHdrSize, "hello", 5) == 0);
+  // TIDs: the REQ's is echoed by the REP, RTU and REJ of the exchange.
+  MadHdr hr;
+  REQUIRE(decode_hdr(std::span<const uint8_t>(seen[0].bytes, kMadSize), hr) == MadError::None);
+  p.pump();
+  REQUIRE(seen.size() == 2);  // the REJ (nobody listens on b)
+  MadHdr hj;
+  REQUIRE(decode_hdr(std::span<const uint8_t>(seen[1].bytes, kMadSize), hj) == MadError::None);
+  CHECK(hj.attr_id == Attr::Rej);
+  CHECK(hj.tid == hr.tid);
+}

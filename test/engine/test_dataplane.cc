@@ -463,6 +463,128 @@ TEST_CASE("dataplane: zero-copy TX from hugepage MRs, copy fallback, retransmiss
   CHECK(b.dereg_mr(0, hkey) == 0);
 }
 
+TEST_CASE("dataplane: QPN 1 (GSI) lives on the port's home core; frames for it reach it from any queue") {
+  // Two embedded dataplanes, two cores each. A's QP1 on its home core; B sends
+  // to it from a UD QP of B's core 1, whose frames land on A's queue 1
+  // (core 1): the classifier must hand them to core 0 (1 % 2 would keep them).
+  dpdk::RingPair rings("dpgsi", 2);
+  dpdk::Port pa(dpdk::PortConfig{.port_id = rings.port_a(), .rx_queues = 2, .tx_queues = 2, .mbufs = 4095});
+  dpdk::Port pb(dpdk::PortConfig{.port_id = rings.port_b(), .rx_queues = 2, .tx_queues = 2, .mbufs = 4095});
+  Dataplane a(make_cfg(pa, 0x0A3E0001, {rte_lcore_id(), rte_lcore_id()}, nullptr));
+  Dataplane b(make_cfg(pb, 0x0A3E0002, {rte_lcore_id(), rte_lcore_id()}, nullptr));
+  REQUIRE(a.port_cores(0).size() == 2);
+  CHECK(a.home_core(0) == a.port_cores(0)[0]);
+  CHECK(a.owner_core(0, transport::kGsiQpn) == a.home_core(0));
+  CHECK(a.owner_core(0, 3) == a.port_cores(0)[1]);
+  const uint32_t pda = a.alloc_pd(), pdb = b.alloc_pd();
+  auto* amem = static_cast<uint8_t*>(a.alloc_dma(4096));
+  auto* bmem = static_cast<uint8_t*>(b.alloc_dma(4096));
+  REQUIRE(amem);
+  REQUIRE(bmem);
+  uint32_t akey = 0, bkey = 0;
+  REQUIRE(a.reg_mr(0, pda, amem, 4096, verbs::kAccessAll, &akey) == 0);
+  REQUIRE(b.reg_mr(0, pdb, bmem, 4096, verbs::kAccessAll, &bkey) == 0);
+  wire::MacAddr amac{}, bmac{};
+  REQUIRE(b.resolve(0, wire::gid_from_ipv4(0x0A3E0001), amac));
+  REQUIRE(a.resolve(0, wire::gid_from_ipv4(0x0A3E0002), bmac));
+
+  // A UD QP in RTS on core `core` of dp: QP1 when gsi, else an ordinary one with QP1's Q_Key.
+  auto ud_up = [](Dataplane& dp, size_t core, uint32_t pd, bool gsi, QpRef& out) {
+    out.core = core;
+    QpRef* r = &out;
+    return dp.run_on(core, [=](CoreLoop& c) {
+      transport::Engine* e = c.engine(0);
+      r->scq = e->create_cq(64);
+      r->rcq = e->create_cq(64);
+      verbs::QpInitAttr init;
+      init.qp_type = verbs::QpType::UD;
+      init.pd = pd;
+      init.send_cq = r->scq;
+      init.recv_cq = r->rcq;
+      init.cap.max_send_wr = 8;
+      init.cap.max_recv_wr = 8;
+      if ((gsi ? e->create_gsi_qp(init, &r->qpn) : e->create_qp(init, &r->qpn)) != 0) return;
+      using namespace verbs;
+      QpAttr at;
+      at.qp_state = QpState::Init;
+      at.qkey = transport::kGsiQkey;
+      e->modify_qp(r->qpn, at, kQpState | kQpPkeyIndex | kQpPort | kQpQkey);
+      at.qp_state = QpState::Rtr;
+      e->modify_qp(r->qpn, at, kQpState);
+      at.qp_state = QpState::Rts;
+      e->modify_qp(r->qpn, at, kQpState | kQpSqPsn);
+    });
+  };
+  QpRef ga{}, ub{};
+  REQUIRE(ud_up(a, a.home_core(0), pda, true, ga));
+  REQUIRE(ga.qpn == transport::kGsiQpn);
+  // B's sender: an odd QPN, i.e. B's core 1, which transmits on queue 1.
+  REQUIRE(ud_up(b, b.port_cores(0)[1], pdb, false, ub));
+  REQUIRE(ub.qpn % 2 == 1);
+  CHECK(a.core(a.port_cores(0)[1]).engine(0)->qp(transport::kGsiQpn) == nullptr);
+
+  transport::Engine* ea = a.core(ga.core).engine(0);
+  transport::Engine* eb = b.core(ub.core).engine(0);
+  verbs::RecvWr r;
+  r.wr_id = 5;
+  r.num_sge = 1;
+  r.sg_list[0] = {reinterpret_cast<uint64_t>(amem), 40 + 256, akey};
+  REQUIRE(ea->post_recv(ga.qpn, r) == 0);
+  r.wr_id = 6;
+  r.sg_list[0] = {reinterpret_cast<uint64_t>(bmem + 1024), 40 + 256, bkey};
+  REQUIRE(eb->post_recv(ub.qpn, r) == 0);
+  for (int i = 0; i < 256; ++i) bmem[i] = static_cast<uint8_t>(i ^ 0xA5);
+  verbs::Ah ah;
+  ah.dgid = wire::gid_from_ipv4(0x0A3E0001);
+  ah.dmac = amac;
+  ah.hop_limit = 64;
+  const verbs::Ah bah = ah;  // the engine copies the AH at post time (as the shim's AH slots)
+  verbs::SendWr w;
+  w.wr_id = 1;
+  w.num_sge = 1;
+  w.sg_list[0] = {reinterpret_cast<uint64_t>(bmem), 256, bkey};
+  w.ud = {&bah, transport::kGsiQpn, transport::kGsiQkey};
+  const uint64_t fwd0 = a.core_counters().sum(stats::CoreCounter::ring_enqueued);
+  REQUIRE(eb->post_send(ub.qpn, w) == 0);
+  verbs::Wc wc{};
+  int got = 0;
+  for (int it = 0; it < 100000 && !got; ++it) {
+    b.poll_all();
+    a.poll_all();
+    got = ga.rcq->poll(&wc, 1);
+  }
+  REQUIRE(got == 1);
+  CHECK(wc.status == verbs::WcStatus::Success);
+  CHECK(wc.wr_id == 5);
+  CHECK(wc.src_qp == ub.qpn);
+  CHECK(wc.byte_len == 40 + 256);
+  CHECK(std::memcmp(amem + 40, bmem, 256) == 0);
+  CHECK(a.core_counters().sum(stats::CoreCounter::ring_enqueued) > fwd0);  // crossed from core 1 to core 0
+  CHECK(tctr(a, transport::Ctr::RxNoQp) == 0);
+
+  // QP1 answers from the home core; the frame carries source QPN 1.
+  ah.dgid = wire::gid_from_ipv4(0x0A3E0002);
+  ah.dmac = bmac;
+  const verbs::Ah aah = ah;
+  w.sg_list[0] = {reinterpret_cast<uint64_t>(amem + 40), 256, akey};
+  w.ud = {&aah, ub.qpn, transport::kGsiQkey};
+  REQUIRE(ea->post_send(ga.qpn, w) == 0);
+  got = 0;
+  for (int it = 0; it < 100000 && !got; ++it) {
+    a.poll_all();
+    b.poll_all();
+    got = ub.rcq->poll(&wc, 1);
+  }
+  REQUIRE(got == 1);
+  CHECK(wc.status == verbs::WcStatus::Success);
+  CHECK(wc.src_qp == transport::kGsiQpn);
+  CHECK(std::memcmp(bmem + 1024 + 40, bmem, 256) == 0);
+  for (int i = 0; i < 100; ++i) {
+    a.poll_all();
+    b.poll_all();
+  }
+}
+
 TEST_CASE("dataplane: bad configurations are refused with a clear error") {
   dpdk::RingPair rings("dpbad", 1);
   dpdk::Port pa(dpdk::PortConfig{.port_id = rings.port_a(), .mbufs = 1023});
