@@ -66,6 +66,24 @@ inline Req req() {
   return m;
 }
 
+// The REQ with an alternate path (its own LIDs, GIDs reversed, other values).
+inline Req req_alt() {
+  Req m = req();
+  m.has_alternate = true;
+  m.alternate.local_lid = 0x0102;
+  m.alternate.remote_lid = 0x0304;
+  m.alternate.local_gid = wire::gid_from_ipv4(kIpB);
+  m.alternate.remote_gid = wire::gid_from_ipv4(kIpA);
+  m.alternate.flow_label = 0x12345;
+  m.alternate.packet_rate = 0x3F;
+  m.alternate.traffic_class = 0x04;
+  m.alternate.hop_limit = 0xFF;
+  m.alternate.sl = 3;
+  m.alternate.subnet_local = false;
+  m.alternate.local_ack_timeout = 0x1F;
+  return m;
+}
+
 inline Mra mra() {
   Mra m;
   m.local_comm_id = 0x0A0B0C0D;
