@@ -544,16 +544,52 @@ cm_cmd() {
   esac
 }
 
-# droced's CM connections and listeners (droce-ctl cm): one line each.
-cm_table() { ctl cm 2>/dev/null; }
-# cm_host_listening PORT: droced has a listener on PORT.
-cm_host_listening() { cm_table | grep -i "listen" | grep -qE "[^0-9]$1([^0-9]|$)"; }
-# cm_host_conns: droced's CM connections (listeners aside); "?" when droce-ctl cannot tell.
-cm_host_conns() {
-  local t
-  t=$(ctl cm 2>&1) || { echo "?"; return; }
-  printf '%s\n' "$t" | grep -E "ReqSent|MraRcvd|ReqRcvd|MraSent|RepSent|RepRcvd|Established|DreqSent|DreqRcvd|TimeWait|SidrReq|Idle" -c
+# droced's CM connections and listeners: droce-ctl's `cm` command (JSON, -j). cm_ctl_scan
+# MODE [PORT]: MODE listening = is there a listener on PORT (exit 0/1); MODE conns = prints how
+# many connections (any state but listen/closed) droced still has, "?" if droce-ctl cannot say.
+# The JSON is walked for objects with a "state" (cm::state_name: listen, req_sent, ...,
+# established, timewait), whatever the layout around them.
+cm_ctl_scan() {
+  local j
+  j=$(ctl -j cm 2>/dev/null) || { [ "$1" = conns ] && echo "?"; return 1; }
+  printf '%s' "$j" | python3 -c '
+import json, sys
+mode, port = sys.argv[1], (sys.argv[2] if len(sys.argv) > 2 else "")
+try:
+    doc = json.load(sys.stdin)
+except ValueError:
+    print("?") if mode == "conns" else None
+    sys.exit(1)
+found = []
+def walk(x):
+    if isinstance(x, dict):
+        if isinstance(x.get("state"), str):
+            found.append(x)
+        for v in x.values():
+            walk(v)
+    elif isinstance(x, list):
+        for v in x:
+            walk(v)
+walk(doc)
+def has_port(d):
+    def vals(x):
+        if isinstance(x, dict):
+            for v in x.values(): yield from vals(v)
+        elif isinstance(x, list):
+            for v in x: yield from vals(v)
+        else:
+            yield x
+    for v in vals(d):
+        if str(v) == port or str(v).endswith(":" + port) or str(v) == hex(int(port)):
+            return True
+    return False
+if mode == "listening":
+    sys.exit(0 if any(d["state"] == "listen" and has_port(d) for d in found) else 1)
+print(sum(1 for d in found if d["state"] not in ("listen", "closed")))
+' "$@"
 }
+cm_host_listening() { cm_ctl_scan listening "$1"; }
+cm_host_conns() { cm_ctl_scan conns; }
 # cm_wait_listen WHERE PORT: until the server's rdma_cm id listens (WHERE: host = droced,
 # guest = G1's kernel rdma_cm: `rdma res show cm_id`). qperf: its TCP port.
 cm_wait_listen() {
