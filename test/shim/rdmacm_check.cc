@@ -1,8 +1,10 @@
-// The drop-in librdmacm's behaviour that needs no peer, through its public
+// The drop-in librdmacm's behaviour that needs no CM peer, through its public
 // API (linked against the front, not Debian's librdmacm).
 //   rdmacm_check offline            no daemon at $DROCE_SOCKET
-//   rdmacm_check droced IP OTHER    a droced whose port has address IP; OTHER
-//                                   is an address no droced port has
+//   rdmacm_check droced IP OTHER PEER
+//                                   a droced whose port has address IP; OTHER
+//                                   is an address no droced port has, PEER one
+//                                   the port reaches (its ARP answered)
 // Prints one line per check; exits 1 if any failed.
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -129,7 +131,7 @@ rdma_cm_event* wait_event(rdma_event_channel* ch, int ms) {
   return rdma_get_cm_event(ch, &ev) == 0 ? ev : nullptr;
 }
 
-void with_droced(const char* ip, const char* other) {
+void with_droced(const char* ip, const char* other, const char* peer) {
   rdma_event_channel* ch = rdma_create_event_channel();
   check(ch != nullptr && ch->fd >= 0, "rdma_create_event_channel gives a channel with an fd" + err());
   if (ch == nullptr) return;
@@ -189,12 +191,12 @@ void with_droced(const char* ip, const char* other) {
   // An event left unacked when its id is destroyed: the destroy returns,
   // the event stays readable until acked.
   rdma_cm_id* id3 = nullptr;
-  sockaddr_in dst = ip4(ip, 7);
+  sockaddr_in dst = ip4(peer, 7);
   if (rdma_create_id(ch, &id3, reinterpret_cast<void*>(0x5eed), RDMA_PS_TCP) == 0 &&
       rdma_resolve_addr(id3, nullptr, reinterpret_cast<sockaddr*>(&dst), 2000) == 0) {
     rdma_cm_event* e = wait_event(ch, 5000);
     check(e != nullptr && e->id == id3 && e->event == RDMA_CM_EVENT_ADDR_RESOLVED && id3->verbs != nullptr,
-          std::string("rdma_resolve_addr to our own address: ADDR_RESOLVED, id bound to the device") +
+          std::string("rdma_resolve_addr to the peer: ADDR_RESOLVED, id bound to the device") +
               (e ? std::string(" (got ") + rdma_event_str(e->event) + ")" : err()));
     auto t0 = std::chrono::steady_clock::now();
     check(rdma_destroy_id(id3) == 0 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(2),
@@ -202,7 +204,7 @@ void with_droced(const char* ip, const char* other) {
     if (e) check(e->id->context == reinterpret_cast<void*>(0x5eed) && rdma_ack_cm_event(e) == 0,
                  "the unacked event is still valid and acks after the destroy");
   } else {
-    check(false, "rdma_resolve_addr to our own address" + err());
+    check(false, "rdma_resolve_addr to the peer" + err());
   }
 
   int n = 0;
@@ -216,7 +218,7 @@ void with_droced(const char* ip, const char* other) {
 
   // Synchronous mode: a NULL channel; rdma_resolve_addr waits for its event.
   rdma_cm_id* sid = nullptr;
-  sockaddr_in self = ip4(ip, 7);
+  sockaddr_in self = ip4(peer, 7);
   check(rdma_create_id(nullptr, &sid, nullptr, RDMA_PS_TCP) == 0 && sid && sid->channel != nullptr,
         "rdma_create_id(NULL channel): a private channel" + err());
   if (sid) {
@@ -233,10 +235,10 @@ int main(int argc, char** argv) {
   std::string mode = argc > 1 ? argv[1] : "";
   if (mode == "offline") {
     offline();
-  } else if (mode == "droced" && argc == 4) {
-    with_droced(argv[2], argv[3]);
+  } else if (mode == "droced" && argc == 5) {
+    with_droced(argv[2], argv[3], argv[4]);
   } else {
-    std::fprintf(stderr, "usage: rdmacm_check offline | droced IP OTHER_IP\n");
+    std::fprintf(stderr, "usage: rdmacm_check offline | droced IP OTHER_IP PEER_IP\n");
     return 2;
   }
   std::printf("%d passed, %d failed\n", g_pass, g_fail);
