@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "shim/cm_sessions.h"
 #include "shim/ring.h"
 
 namespace droce::shim {
@@ -413,11 +414,25 @@ const T& body_of(const uint8_t* msg) {
 }
 }  // namespace
 
-ShimServer::ShimServer(ShimBackend& backend, ShimServerConfig cfg) : backend_(backend), cfg_(std::move(cfg)) {}
+ShimServer::ShimServer(ShimBackend& backend, ShimServerConfig cfg, CmBackend* cm)
+    : backend_(backend), cfg_(std::move(cfg)) {
+  // The server thread's wake-up: stop(), and CM events from the engine cores.
+  wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (cm != nullptr) {
+    CmLimits lim;
+    lim.max_ids_per_client = cfg_.max_cm_ids_per_client;
+    lim.max_channels_per_client = cfg_.max_cm_channels_per_client;
+    lim.max_backlog = cfg_.max_cm_backlog;
+    lim.resolve_retry_ms = cfg_.resolve_retry_ms;
+    lim.resolve_timeout_ms = cfg_.resolve_timeout_ms;
+    cm_ = std::make_unique<CmSessions>(*cm, backend_, lim, wake_fd_, quota_refused_);
+  }
+}
 
 ShimServer::~ShimServer() {
   stop();
   while (!clients_.empty()) drop(*clients_.back());
+  cm_.reset();  // before the wake fd closes: the sink writes it until then
   if (listen_fd_ >= 0) {
     close(listen_fd_);
     unlink(cfg_.socket_path.c_str());
@@ -452,8 +467,7 @@ int ShimServer::listen() {
     return -e;
   }
   listen_fd_ = fd;
-  wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  return wake_fd_ >= 0 ? 0 : -errno;
+  return wake_fd_ >= 0 ? 0 : -EMFILE;
 }
 
 int ShimServer::start() {
@@ -493,6 +507,10 @@ int ShimServer::poll_once(int timeout_ms) {
       timeout_ms = static_cast<int>(std::clamp<int64_t>(ms, 0, timeout_ms < 0 ? INT32_MAX : timeout_ms));
     }
   }
+  // CM address resolutions due (cm_sessions.h).
+  if (cm_) {
+    if (int t = cm_->next_timeout_ms(); t >= 0 && (timeout_ms < 0 || t < timeout_ms)) timeout_ms = t;
+  }
   int n = ::poll(pfds.data(), pfds.size(), timeout_ms);
   if (n < 0) return errno == EINTR ? 0 : -errno;
   if (pfds[1].revents & POLLIN) {
@@ -511,6 +529,8 @@ int ShimServer::poll_once(int timeout_ms) {
   }
   retry_parked(gone);
   for (Client* c : gone) drop(*c);
+  // CM events from the engine cores, resolution steps due.
+  if (cm_) cm_->run();
   if (pfds[0].revents & POLLIN) accept_clients();
   return 0;
 }
@@ -567,6 +587,7 @@ void ShimServer::retry_parked(std::vector<Client*>& gone) {
 void ShimServer::drop(Client& c) {
   if (!c.parked.empty()) parked_now_--;
   destroy_all(c);
+  if (cm_) cm_->client_gone(c.info);
   if (c.opened) backend_.client_gone(c.info);
   close(c.fd);
   n_clients_--;
@@ -635,7 +656,40 @@ bool ShimServer::handle(Client& c, const uint8_t* in, size_t n, const int* fds, 
       std::memcpy(ob, &resp, out_len);
     }
   };
-  if (!c.opened && op != Op::ListDevices && op != Op::OpenDevice) {
+  const bool cm_op = hdr.op >= static_cast<uint16_t>(Op::CmCreateChannel) && hdr.op < static_cast<uint16_t>(Op::Count_);
+  if (cm_op) {
+    // RDMA CM: no device needs to be open (cm_sessions.h).
+    if (!cm_) {
+      rc = -ENOSYS;
+    } else {
+      CmSessions& cm = *cm_;
+      const ClientInfo& ci = c.info;
+      switch (op) {
+        case Op::CmCreateChannel: run.operator()<Op::CmCreateChannel>([&](HandleResp& r) {
+            int fd = -1;
+            int e = cm.create_channel(ci, r, &fd);
+            if (e == 0) ops.out_fds[ops.n_out_fds++] = fd;  // still owned by the channel
+            return e; }); break;
+        case Op::CmDestroyChannel: run.operator()<Op::CmDestroyChannel>([&](const HandleReq& q, Empty&) { return cm.destroy_channel(ci, q); }); break;
+        case Op::CmCreateId: run.operator()<Op::CmCreateId>([&](const CmCreateIdReq& q, HandleResp& r) { return cm.create_id(ci, q, r); }); break;
+        case Op::CmDestroyId: run.operator()<Op::CmDestroyId>([&](const HandleReq& q, Empty&) { return cm.destroy_id(ci, q); }); break;
+        case Op::CmMigrateId: run.operator()<Op::CmMigrateId>([&](const CmMigrateIdReq& q, Empty&) { return cm.migrate_id(ci, q); }); break;
+        case Op::CmBindAddr: run.operator()<Op::CmBindAddr>([&](const CmAddrReq& q, CmIdInfo& r) { return cm.bind_addr(ci, q, r); }); break;
+        case Op::CmResolveAddr: run.operator()<Op::CmResolveAddr>([&](const CmResolveAddrReq& q, Empty&) { return cm.resolve_addr(ci, q); }); break;
+        case Op::CmResolveRoute: run.operator()<Op::CmResolveRoute>([&](const CmIdTimeoutReq& q, Empty&) { return cm.resolve_route(ci, q); }); break;
+        case Op::CmListen: run.operator()<Op::CmListen>([&](const CmListenReq& q, Empty&) { return cm.listen(ci, q); }); break;
+        case Op::CmConnect: run.operator()<Op::CmConnect>([&](const CmConnParamReq& q, Empty&) { return cm.connect(ci, q); }); break;
+        case Op::CmAccept: run.operator()<Op::CmAccept>([&](const CmConnParamReq& q, Empty&) { return cm.accept(ci, q); }); break;
+        case Op::CmReject: run.operator()<Op::CmReject>([&](const CmRejectReq& q, Empty&) { return cm.reject(ci, q); }); break;
+        case Op::CmEstablish: run.operator()<Op::CmEstablish>([&](const HandleReq& q, Empty&) { return cm.establish(ci, q); }); break;
+        case Op::CmDisconnect: run.operator()<Op::CmDisconnect>([&](const HandleReq& q, Empty&) { return cm.disconnect(ci, q); }); break;
+        case Op::CmInitQpAttr: run.operator()<Op::CmInitQpAttr>([&](const CmInitQpAttrReq& q, CmInitQpAttrResp& r) { return cm.init_qp_attr(ci, q, r); }); break;
+        case Op::CmGetEvent: run.operator()<Op::CmGetEvent>([&](const HandleReq& q, CmEventResp& r) { return cm.get_event(ci, q, r); }); break;
+        case Op::CmQueryId: run.operator()<Op::CmQueryId>([&](const HandleReq& q, CmIdInfo& r) { return cm.query_id(ci, q, r); }); break;
+        default: rc = -EOPNOTSUPP; break;
+      }
+    }
+  } else if (!c.opened && op != Op::ListDevices && op != Op::OpenDevice) {
     rc = -ENODEV;
   } else {
     switch (op) {
@@ -729,6 +783,16 @@ ShimServerStats ShimServer::stats() const {
   s.quota_refused = quota_refused_.load();
   s.parked = parked_.load();
   s.parked_now = parked_now_.load();
+  if (cm_) {
+    const CmStats cs = cm_->stats();
+    s.cm_ids = cs.ids;
+    s.cm_channels = cs.channels;
+    s.cm_listeners = cs.listeners;
+    s.cm_bindings = cs.bindings;
+    s.cm_resolving = cs.resolving;
+    s.cm_events = cs.events;
+    s.cm_events_dropped = cs.events_dropped;
+  }
   return s;
 }
 

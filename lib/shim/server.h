@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "shim/backend.h"
+#include "shim/cm_backend.h"
 #include "shim/shm.h"
 
 namespace droce::shim {
@@ -42,6 +43,12 @@ struct ShimServerConfig {
   // meanwhile.
   uint32_t resolve_retry_ms = 2;
   uint32_t resolve_timeout_ms = 3000;
+  // RDMA CM (with a CmBackend): per-client CM ids and event channels
+  // (beyond one: ENOMEM, counted in quota_refused), and how many
+  // CONNECT_REQUESTs a listener may have unread (more are rejected).
+  uint32_t max_cm_ids_per_client = 4096;
+  uint32_t max_cm_channels_per_client = 256;
+  uint32_t max_cm_backlog = 1024;
   bool lock_mr_memory = true;        // mlock registered memory (best effort)
   // Every QP/SRQ/CQ region in a 2 MiB hugepage (TLB-friendly for the engine,
   // 2 MiB per object); otherwise only regions of 1 MiB or more. Falls back
@@ -63,11 +70,23 @@ struct ShimServerStats {
   uint64_t quota_refused = 0;  // creates refused by a per-client quota
   uint64_t parked = 0;         // requests parked while their address resolved (ever)
   uint64_t parked_now = 0;     // clients whose request is parked now
+  // RDMA CM (cm_sessions.h), all zero without a CmBackend.
+  uint64_t cm_ids = 0;             // CM ids now
+  uint64_t cm_channels = 0;        // CM event channels now
+  uint64_t cm_listeners = 0;       // listening ids now
+  uint64_t cm_bindings = 0;        // bound (port space, port, address) now
+  uint64_t cm_resolving = 0;       // ids resolving their address now
+  uint64_t cm_events = 0;          // events queued for clients (ever)
+  uint64_t cm_events_dropped = 0;  // events for ids/clients gone, unread at destroy, beyond a backlog
 };
+
+class CmSessions;
 
 class ShimServer {
  public:
-  ShimServer(ShimBackend& backend, ShimServerConfig cfg);
+  // cm: the RDMA CM ops' backend (cm_backend.h); without one every Cm* op
+  // answers ENOSYS. It must outlive the server.
+  ShimServer(ShimBackend& backend, ShimServerConfig cfg, CmBackend* cm = nullptr);
   ~ShimServer();
   ShimServer(const ShimServer&) = delete;
   ShimServer& operator=(const ShimServer&) = delete;
@@ -96,6 +115,7 @@ class ShimServer {
 
   ShimBackend& backend_;
   ShimServerConfig cfg_;
+  std::unique_ptr<CmSessions> cm_;
   int listen_fd_ = -1;
   int wake_fd_ = -1;
   uint64_t next_client_id_ = 1;

@@ -86,8 +86,10 @@ ShimServerConfig with_socket(ShimServerConfig c, const std::string& path) {
 
 EngineFixture::TempDir::~TempDir() { std::filesystem::remove_all(std::filesystem::path(path).parent_path()); }
 
-EngineFixture::EngineFixture(ShimServerConfig cfg)
-    : dir{temp_socket()}, backend(dataplane(), backend_config()), server(backend, with_socket(std::move(cfg), dir.path)) {
+EngineFixture::EngineFixture(ShimServerConfig cfg, CmBackend* cm)
+    : dir{temp_socket()},
+      backend(dataplane(), backend_config()),
+      server(backend, with_socket(std::move(cfg), dir.path), cm) {
   backend.start();
   REQUIRE(server.start() == 0);
 }

@@ -33,7 +33,8 @@ std::string temp_socket();
 // left, on the running core), then the backend's pollers, then the socket's
 // directory.
 struct EngineFixture {
-  explicit EngineFixture(ShimServerConfig cfg = {});
+  // cm: the RDMA CM backend of the server's Cm* ops (none: they answer ENOSYS).
+  explicit EngineFixture(ShimServerConfig cfg = {}, CmBackend* cm = nullptr);
   struct TempDir {
     std::string path;
     ~TempDir();
