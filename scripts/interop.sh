@@ -21,12 +21,17 @@
 # $OUT/interop-droce-to-rxe.pcap (d2r runs) and $OUT/interop-rxe-to-droce.pcap.
 # Prints a table at the end.
 #
-#   scripts/interop.sh [--ci | --full] [--keep-guests]
+#   scripts/interop.sh [--ci | --full | --cm] [--keep-guests]
 #     --ci    (default) the CI subset, MTU 1024: every tool once per direction, sizes up
 #             to 64 KiB, few iterations, one 1% loss run per side, RNR, IPv6; well under
 #             15 minutes under TCG
 #     --full  the whole matrix: sizes 2 B..8 MiB (-a) where the tool has it, else
 #             2 B/4 KiB/64 KiB/1 MiB, UC/UD perftest, loss on both sides, MTU 1024 and 4096
+#     --cm    only the RDMA CM runs (issue 10): rdmacm-utils (rping -v -V, ucmatose, udaddy,
+#             rdma_server/rdma_client, cmtime), perftest -R, qperf -cm1 through the drop-in
+#             librdmacm.so.1, both directions, 1% loss per side (rping), a REQ nobody listens
+#             to (REJ), a killed host program. --ci and --full run a part of them (CM_RUNS below)
+#             once CM_IN_SUITE is 1.
 # Exit status: 0 all passed, 1 a run failed or the suite could not run (harness not set
 # up, QEMU missing, the guest does not boot: scripts/test.sh installs and sets up all of
 # it first, so on a Debian 12 machine that is a failure), 77 skipped only when this is
@@ -36,6 +41,7 @@
 #   INTEROP_OUT (captures, default build/interop), INTEROP_ONLY (a glob: run only the
 #   matching tests, e.g. 'write_*'), INTEROP_MTU (only runs at this MTU), INTEROP_SKIP (a glob
 #   on TEST:MTU:LOSS:SIZE, extglob allowed: skip those runs, e.g. '@(*_lat:*:0:all|srq_pingpong:*)').
+#   INTEROP_RDMACMLIB (directory of the drop-in librdmacm.so.1, default build/lib/shim/front).
 set -uo pipefail
 { # the whole script is read before it runs: editing it meanwhile cannot change a running suite
 here=$(cd "$(dirname "$0")" && pwd)
@@ -48,8 +54,9 @@ for a in "$@"; do
   case $a in
     --ci) mode=ci ;;
     --full) mode=full ;;
+    --cm) mode=cm ;;
     --keep-guests) keep=1 ;;
-    -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,44p' "$0"; exit 0 ;;
     *) echo "interop.sh: unknown option $a" >&2; exit 2 ;;
   esac
 done
@@ -81,6 +88,9 @@ DROCED=$root/build/app/droced/droced
 CTL=$root/build/app/droce-ctl/droce-ctl
 AFP_RUN=$here/afpacket-run  # a process id whose af_packet fanout group id is free in the namespace
 SHIMLIB=$root/build/lib/shim/front
+RDMACMLIB=${INTEROP_RDMACMLIB:-$SHIMLIB}  # the drop-in librdmacm.so.1 (built beside libibverbs.so.1)
+# The RDMA CM runs join --ci/--full when this is 1 (--cm runs them whatever it says).
+CM_IN_SUITE=0
 CTL_SOCK=/run/droce/interop-ctl.sock      # as in config/interop-rxe*.toml
 VERBS_SOCK=/run/droce/interop-verbs.sock
 DROCE_MAC=02:00:0a:4d:00:64
@@ -104,6 +114,18 @@ for b in "$TOOL" "$DUMPTOOL" "$DROCED" "$CTL" "$SHIMLIB/libibverbs.so.1"; do
     [ -e "$b" ] || { echo "interop: $b is not built (and could not be built)" >&2; exit 1; }
   fi
 done
+cm_runs=0
+{ [ $mode = cm ] || [ $CM_IN_SUITE = 1 ]; } && cm_runs=1
+if [ $cm_runs = 1 ]; then
+  for b in rping ucmatose udaddy rdma_server rdma_client cmtime qperf; do
+    command -v "$b" >/dev/null || cannot_run "$b is not installed on the host (rdmacm-utils, qperf)"
+  done
+  if [ ! -e "$RDMACMLIB/librdmacm.so.1" ]; then
+    [ -f "$root/build/build.ninja" ] && timeout 1800 ninja -C "$root/build" -j2 \
+      "$(ninja -C "$root/build" -t targets all 2>/dev/null | sed -n 's/^\(lib\/shim\/front\/librdmacm\.so\.1\.[0-9.]*\): .*/\1/p' | head -1)" >/dev/null
+    [ -e "$RDMACMLIB/librdmacm.so.1" ] || { echo "interop: $RDMACMLIB/librdmacm.so.1 (the drop-in librdmacm) is not built" >&2; exit 1; }
+  fi
+fi
 mkdir -p "$OUT"
 rm -f "$OUT"/*.pcap "$OUT"/*.log
 
@@ -481,6 +503,233 @@ run_embed() {
   [ $res = PASS ]
 }
 
+# ---- RDMA CM (issue 10): Debian's rdmacm-utils, perftest -R and qperf -cm1 ----
+# Host side: the unmodified tools through the drop-in librdmacm.so.1 + libibverbs.so.1
+# (LD_LIBRARY_PATH=$RDMACMLIB:$SHIMLIB), connection work done by droced on QP1; guest side:
+# the kernel's rdma_cm over rxe0. Addresses are the RDMA ones on both sides (no TCP
+# exchange): the guest's 10.77.0.1 and droce's 10.77.0.100 (qperf alone keeps its TCP
+# control connection, so it only runs droce->rxe: its server must be at the address the
+# client also reaches with rdma_cm, which the namespace's kernel TCP is not).
+
+# cm_cmd TEST ROLE SIDE SRV PORT ITERS: sets CMD (the tool and its arguments).
+#   ROLE server|client, SIDE host|guest, SRV the server's RDMA address.
+cm_cmd() {
+  local test=$1 role=$2 side=$3 srv=$4 port=$5 n=$6 dev=()
+  [ "$side" = guest ] && dev=(-d rxe0)
+  local srvarg=()
+  [ "$role" = client ] && srvarg=("$srv")
+  case $test in
+    rping|rping_kill)
+      if [ "$role" = server ]; then CMD=(rping -s -a "$srv" -p "$port" -C "$n" -v -V)
+      else CMD=(rping -c -a "$srv" -p "$port" -C "$n" -v -V); fi ;;
+    rej) CMD=(rping -c -a "$srv" -p "$port" -C 1 -v -V) ;;
+    ucmatose)
+      if [ "$role" = server ]; then CMD=(ucmatose -b "$srv" -p "$port" -c 1 -C "$n")
+      else CMD=(ucmatose -s "$srv" -p "$port" -c 1 -C "$n"); fi ;;
+    udaddy)  # udaddy's port is always 7174 (its -p is the port space)
+      if [ "$role" = server ]; then CMD=(udaddy -b "$srv" -c 1 -C "$n")
+      else CMD=(udaddy -s "$srv" -c 1 -C "$n"); fi ;;
+    rdma_server) if [ "$role" = server ]; then CMD=(rdma_server -s "$srv" -p "$port"); else CMD=(rdma_client -s "$srv" -p "$port"); fi ;;
+    cmtime)  # n connections set up and torn down; the server runs until killed
+      if [ "$role" = server ]; then CMD=(cmtime -b "$srv" -p "$port" -c "$n")
+      else CMD=(cmtime -s "$srv" -p "$port" -c "$n"); fi ;;
+    write_bw) CMD=(ib_write_bw "${dev[@]}" -R -F -n "$n" -s 65536 -p "$port" "${srvarg[@]}") ;;
+    send_bw) CMD=(ib_send_bw "${dev[@]}" -R -F -n "$n" -s 65536 -p "$port" "${srvarg[@]}") ;;
+    send_bw_ud) CMD=(ib_send_bw "${dev[@]}" -R -F -c UD -n "$n" -s 512 -p "$port" "${srvarg[@]}") ;;
+    read_lat) CMD=(ib_read_lat "${dev[@]}" -R -F -n "$n" -s 2 -p "$port" "${srvarg[@]}") ;;
+    qperf_rc_bw|qperf_rc_lat)
+      if [ "$role" = server ]; then CMD=(qperf -lp "$port")
+      else CMD=(qperf -lp "$port" "$srv" -cm1 -t 2 "${test#qperf_}"); fi ;;
+    *) echo "interop: unknown CM test $test" >&2; exit 2 ;;
+  esac
+}
+
+# droced's CM connections and listeners (droce-ctl cm): one line each.
+cm_table() { ctl cm 2>/dev/null; }
+# cm_host_listening PORT: droced has a listener on PORT.
+cm_host_listening() { cm_table | grep -i "listen" | grep -qE "[^0-9]$1([^0-9]|$)"; }
+# cm_host_conns: droced's CM connections (listeners aside); "?" when droce-ctl cannot tell.
+cm_host_conns() {
+  local t
+  t=$(ctl cm 2>&1) || { echo "?"; return; }
+  printf '%s\n' "$t" | grep -E "ReqSent|MraRcvd|ReqRcvd|MraSent|RepSent|RepRcvd|Established|DreqSent|DreqRcvd|TimeWait|SidrReq|Idle" -c
+}
+# cm_wait_listen WHERE PORT: until the server's rdma_cm id listens (WHERE: host = droced,
+# guest = G1's kernel rdma_cm: `rdma res show cm_id`). qperf: its TCP port.
+cm_wait_listen() {
+  local i
+  for i in $(seq 1 40); do
+    if [ "$1" = host ]; then
+      cm_host_listening "$2" && return 0
+      sleep 0.25
+    else
+      rx 20 exec "$G1" --timeout 10 -- rdma res show cm_id 2>/dev/null | grep -q "LISTEN.*:$2 " && return 0
+      sleep 0.5
+    fi
+  done
+  return 1
+}
+
+# run_cm TEST DIR MTU LOSS ITERS (MTU: the path MTU the CM negotiates, for the table and filters)
+#   TEST: rping (-v -V: data checked) ucmatose udaddy rdma_server (with rdma_client) cmtime
+#         write_bw send_bw send_bw_ud read_lat (perftest -R) qperf_rc_bw qperf_rc_lat (-cm1)
+#         rej: a REQ to a port nobody listens on (the client must see REJECTED, the capture a REJ)
+#         rping_kill: the host's rping is killed (SIGKILL) mid-run: the guest's rping must end
+#         (DISCONNECTED or an error), and droced must keep no CM connection (droce-ctl cm)
+#   DIR: d2r (droce client -> rxe server) | r2d (rxe client -> droce server)
+#   LOSS: 0 | droce:P | rxe:P
+run_cm() {
+  local test=$1 dir=$2 mtu=$3 loss=$4 iters=$5 fig_extra=""
+  [ -n "$DROCED_PID" ] && [ "$DROCED_MTU" = "$CUR_MTU" ] || start_droced "$CUR_MTU"
+  local tag="cm-$test-$dir-${loss//[:.]/_}"
+  local pcap="$OUT/$tag.pcap" hlog="$OUT/$tag.host.log" glog="$OUT/$tag.guest.log"
+  PORT=$((PORT + 1))
+  local port=$PORT srv hrole grole
+  [ "$test" = udaddy ] && port=7174
+  if [ "$dir" = d2r ]; then srv=$G1_IP hrole=client grole=server; else srv=$DROCE_IP hrole=server grole=client; fi
+  local tmo=$((90 + iters / 5))
+  [ "$test" = rej ] && tmo=40  # a REJ comes at once; without one the client would retry for a minute
+  case $loss in droce:*|rxe:*) tmo=$((tmo * 3)) ;; esac
+  local hcmd gcmd
+  cm_cmd "$test" "$hrole" host "$srv" "$port" "$iters"; hcmd=("${CMD[@]}")
+  cm_cmd "$test" "$grole" guest "$srv" "$port" "$iters"; gcmd=("${CMD[@]}")
+  [ "$test" = rej ] && { hcmd=(rping -c -a "$G1_IP" -p "$port" -C 1 -v -V); gcmd=(rping -c -a "$DROCE_IP" -p "$port" -C 1 -v -V); }
+  echo "== CM $test $dir loss $loss iters $iters: host: ${hcmd[*]} / guest: ${gcmd[*]}"
+  local before after
+  before=$(mktemp); after=$(mktemp)
+  tcounters >"$before"
+  loss_on "$loss"
+  capture_start "$pcap"
+  local host=(ip netns exec "$NS" env LD_LIBRARY_PATH="$RDMACMLIB:$SHIMLIB" DROCE_SOCKET="$VERBS_SOCK")
+  local hrc=0 grc=0 job note=""
+  if [ "$test" = rej ]; then
+    # Nobody listens on $port on the other side: the client gets RDMA_CM_EVENT_REJECTED.
+    if [ "$dir" = d2r ]; then
+      "${host[@]}" timeout -k 5 "$tmo" "${hcmd[@]}" >"$hlog" 2>&1; hrc=$?
+      : >"$glog"
+    else
+      rx $((tmo + 30)) exec "$G1" --timeout "$tmo" -- "${gcmd[@]}" >"$glog" 2>&1; grc=$?
+      : >"$hlog"
+    fi
+  elif [ "$test" = rping_kill ]; then
+    local big=100000 i
+    if [ "$dir" = d2r ]; then
+      job=$(rx 30 exec "$G1" --bg --timeout "$tmo" -- rping -s -a "$G1_IP" -p "$port" -C $big -v)
+      cm_wait_listen guest "$port" || note="the rxe server did not listen on $port"
+      "${host[@]}" rping -c -a "$G1_IP" -p "$port" -C $big -v >"$hlog" 2>&1 &  # ip netns exec and env exec: $! is rping
+    else
+      "${host[@]}" rping -s -a "$DROCE_IP" -p "$port" -C $big -v >"$hlog" 2>&1 &
+    fi
+    HOST_PID=$!
+    if [ "$dir" = r2d ]; then
+      cm_wait_listen host "$port" || note="the droce server did not listen on $port"
+      job=$(rx 30 exec "$G1" --bg --timeout "$tmo" -- rping -c -a "$DROCE_IP" -p "$port" -C $big -v)
+    fi
+    for i in $(seq 1 200); do [ "$(grep -c "ping data" "$hlog")" -ge 5 ] && break; kill -0 "$HOST_PID" 2>/dev/null || break; sleep 0.25; done
+    [ "$(grep -c "ping data" "$hlog")" -ge 5 ] || note="${note:-the host rping did not get going}"
+    kill -KILL "$HOST_PID" 2>/dev/null
+    wait "$HOST_PID" 2>/dev/null
+    HOST_PID=
+    # The guest's rping must end by itself (DISCONNECTED from droced's DREQ, or its QP's
+    # error), well before its own timeout.
+    rx $((tmo + 30)) wait "$G1" "$job" --timeout 60 >"$glog" 2>&1
+    grc=$?
+    if grep -q "^rxepeer: .*timed out\|still running" "$glog"; then
+      note="${note:-the guest rping did not end within 60 s}"
+      rx 30 kill "$G1" "$job" >/dev/null 2>&1
+    fi
+    # droced keeps nothing: no CM connection left (TimeWait is bounded).
+    local left
+    for i in $(seq 1 120); do left=$(cm_host_conns); [ "$left" = 0 ] && break; sleep 0.5; done
+    [ "$left" = 0 ] || note="${note:-droce-ctl cm: $left CM connection(s) left in droced}"
+    hrc=0 grc=0  # judged by the note alone: the killed program and its peer exit non-zero
+    grep -q "DISCONNECT" "$glog" && fig_extra="guest saw DISCONNECTED" || fig_extra="guest ended without DISCONNECTED"
+  elif [ "$dir" = d2r ]; then
+    job=$(rx 30 exec "$G1" --bg --timeout "$tmo" -- "${gcmd[@]}")
+    if [[ $test == qperf_* ]]; then wait_listen guest "$port"; else cm_wait_listen guest "$port"; fi ||
+      note="the rxe server did not listen on $port"
+    "${host[@]}" timeout -k 5 "$tmo" "${hcmd[@]}" >"$hlog" 2>&1
+    hrc=$?
+    if [[ $test == qperf_* || $test == cmtime ]]; then  # servers that run until killed
+      rx 30 kill "$G1" "$job" >/dev/null 2>&1
+      rx 60 wait "$G1" "$job" --timeout 30 >"$glog" 2>&1
+    else
+      [ "$hrc" -eq 0 ] || rx 30 kill "$G1" "$job" >/dev/null 2>&1
+      rx $((tmo + 30)) wait "$G1" "$job" --timeout "$((tmo + 10))" >"$glog" 2>&1
+      grc=$?
+    fi
+  else
+    "${host[@]}" timeout -k 5 "$tmo" "${hcmd[@]}" >"$hlog" 2>&1 &
+    HOST_PID=$!
+    if cm_wait_listen host "$port"; then
+      rx $((tmo + 30)) exec "$G1" --timeout "$tmo" -- "${gcmd[@]}" >"$glog" 2>&1
+      grc=$?
+    else
+      note="the droce server did not listen on $port"
+      grc=99
+    fi
+    if [ "$test" = cmtime ]; then
+      kill -TERM "$HOST_PID" 2>/dev/null
+    else
+      [ "$grc" -eq 0 ] || { sleep 2; kill -TERM "$HOST_PID" 2>/dev/null; }
+    fi
+    wait "$HOST_PID"
+    hrc=$?
+    [ "$test" = cmtime ] && hrc=0
+    HOST_PID=
+  fi
+  capture_stop
+  loss_off "$loss"
+  tcounters >"$after"
+  local retx
+  retx=$(tdelta "$before" "$after")
+  rm -f "$before" "$after"
+  local n bad mal ttl
+  IFS=/ read -r n bad mal ttl <<<"$(check_capture "$pcap" "$DROCE_MAC")"
+  # CM MADs droce sent, and the REJs on the wire.
+  local cm_sent rejs
+  cm_sent=$(tshark -r "$pcap" -Y "eth.src==$DROCE_MAC && infiniband.bth.destqp == 1" 2>/dev/null | grep -c .)
+  rejs=$(tshark -r "$pcap" -Y "infiniband.mad.attributeid == 0x0012" -T fields -e eth.src 2>/dev/null)
+  local fig="" clog=$hlog slog=$glog
+  [ "$dir" = r2d ] && { clog=$glog; slog=$hlog; }
+  case $test in
+    rping) fig="$(grep -c "ping data" "$clog") pings" ;;
+    write_bw|send_bw|send_bw_ud) fig=$(perftest_fig "$clog" bw) ;;
+    read_lat) fig=$(perftest_fig "$clog" lat) ;;
+    qperf_*) fig=$(grep -E "bw  =|latency  =" "$clog" | sed 's/^ *//' | head -1) ;;
+    cmtime) fig="connect $(awk '$1 == "connect" {print $NF}' "$clog") us/conn" ;;
+    rping_kill) fig=$fig_extra ;;
+  esac
+  local res=PASS
+  if [ "$test" = rej ]; then
+    # The client was refused (REJ from the side nobody listens on), nothing else went wrong.
+    local want_mac rlog=$hlog rrc=$hrc
+    [ "$dir" = r2d ] && { rlog=$glog; rrc=$grc; }
+    if [ "$dir" = d2r ]; then want_mac=$(rx 20 info "$G1" 2>/dev/null | sed -n 's/^RXEPEER_MAC=//p'); else want_mac=$DROCE_MAC; fi
+    fig="REJ from $([ "$dir" = d2r ] && echo rxe || echo droce): $(printf '%s\n' "$rejs" | grep -ci "${want_mac:-none}")"
+    if [ "$rrc" -eq 0 ] || ! grep -q "REJECTED" "$rlog" || ! printf '%s\n' "$rejs" | grep -qi "${want_mac:-none}" ||
+       [ "$bad" != 0 ] || [ "$mal" != 0 ] || [ "$ttl" != 0 ] || [ "$cm_sent" -eq 0 ]; then
+      res=FAIL
+    fi
+  elif [ -n "$note" ] || [ "$hrc" -ne 0 ] || [ "$grc" -ne 0 ] ||
+       grep -qiE "couldn't|failed|error|mismatch|invalid|unable" "$hlog" "$glog" ||
+       [ "$bad" != 0 ] || [ "$mal" != 0 ] || [ "$ttl" != 0 ] || [ "$cm_sent" -eq 0 ] ||
+       { [ "$test" = rping ] && [ "$(grep -c "ping data" "$clog")" -ne "$iters" ]; } ||
+       { [[ $test == ucmatose || $test == udaddy ]] && ! grep -q "return status 0" "$hlog"; } ||
+       { [[ $test == ucmatose || $test == udaddy ]] && ! grep -q "return status 0" "$glog"; }; then
+    [ "$test" = rping_kill ] && [ -z "$note" ] && grep -qiE "error|failed" "$glog" && [ "$bad" = 0 ] && [ "$mal" = 0 ] &&
+      [ "$ttl" = 0 ] && [ "$cm_sent" -ne 0 ] || res=FAIL  # the guest's rping may report the dead peer as an error
+  fi
+  if [ $res = FAIL ]; then
+    FAILS=$((FAILS + 1))
+    echo "   FAILED (host rc $hrc, guest rc $grc, droce frames $n, CM MADs $cm_sent, bad ICRC $bad, malformed $mal, TTL not 64 $ttl${note:+; $note})"
+    tail -n 8 "$hlog" | sed 's/^/   droce: /'
+    tail -n 8 "$glog" | sed 's/^/   rxe:   /'
+  fi
+  row "$test" cm "$dir" "$mtu" "$loss" "-" "$res" "${fig:-?} ${retx}" "droce frames $n cm-mads $cm_sent icrc-bad $bad malformed $mal ttl!=64 $ttl"
+  [ $res = PASS ]
+}
+
 # The guest's virtio-net TX can stall for good under TCG after long bursts (seen at 64 KiB
 # pingpongs: the guest's qdisc counts packets its tap never receives; ping gets no answer).
 guest_ok() {
@@ -514,13 +763,41 @@ run_case() {
   return $rc
 }
 shim() { run_case run_shim "$@"; }
+cm() { run_case run_cm "$1" "$2" "$([ "$CUR_MTU" -gt 1500 ] && echo 4096 || echo 1024)" "${@:3}"; }  # cm TEST DIR LOSS ITERS
+cm_both() { cm "$1" d2r "${@:2}"; cm "$1" r2d "${@:2}"; }
 embed() { run_case run_embed "$@"; }
 both() { shim "$1" d2r "${@:2}"; shim "$1" r2d "${@:2}"; }  # both TEST MTU LOSS SIZE ITERS [ARGS]
 
 t_start=$(date +%s)
 boot_guest "$G1" "$G1_IP" 1500
 start_droced 1500
-if [ $mode = ci ]; then
+# The RDMA CM runs: cm TEST DIR LOSS ITERS (run_cm). CM_CI: the part --ci runs.
+cm_ci() {
+  cm_both rping 0 10
+  cm_both udaddy 0 10
+  cm_both send_bw 0 20
+}
+cm_all() {
+  cm_both rping 0 10
+  cm_both ucmatose 0 10
+  cm_both udaddy 0 10
+  cm_both rdma_server 0 1
+  cm_both cmtime 0 10
+  cm_both write_bw 0 20
+  cm_both read_lat 0 20
+  cm_both send_bw 0 20
+  cm_both send_bw_ud 0 20
+  cm qperf_rc_bw d2r 0 1   # qperf's server must be reachable over kernel TCP at its RDMA address:
+  cm qperf_rc_lat d2r 0 1  # only the guest's is (see run_cm)
+  cm_both rping droce:0.01 50
+  cm_both rping rxe:1 50
+  cm_both rej 0 1
+  cm_both rping_kill 0 1
+}
+if [ $mode = cm ]; then
+  cm_all
+elif [ $mode = ci ]; then
+  [ $CM_IN_SUITE = 1 ] && cm_ci
   both rc_pingpong 1024 0 4096 50
   both uc_pingpong 1024 0 4096 50
   both ud_pingpong 1024 0 512 50
@@ -540,6 +817,7 @@ if [ $mode = ci ]; then
   embed rc_pingpong d2r 1024 rnr:5 4096 50
   embed rc_pingpong r2d 1024 rnr:5 4096 50
 else
+  [ $CM_IN_SUITE = 1 ] && cm_all
   for mtu in 1024 4096; do
     if [ $mtu = 4096 ]; then
       [[ -z "${INTEROP_MTU:-}" || "$INTEROP_MTU" == 4096 ]] || continue

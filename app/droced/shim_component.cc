@@ -34,14 +34,18 @@ void ShimComponent::start() {
   sc.max_ahs_per_client = q.max_ahs_per_client;
   sc.max_mr_bytes_per_client = q.max_mr_mb_per_client << 20;
   sc.resolve_timeout_ms = q.resolve_timeout_ms;
-  server_ = std::make_unique<shim::ShimServer>(*backend_, sc);
+  // The RDMA CM: QP1 and a cm::Agent per port on its home core.
+  cm_ = std::make_unique<shim::EngineCmBackend>(*dp, ctx_.cfg);
+  server_ = std::make_unique<shim::ShimServer>(*backend_, sc, cm_.get());
   if (int rc = server_->listen()) {
     server_.reset();
+    cm_.reset();
     backend_.reset();
     throw std::runtime_error("shim: cannot listen on " + sc.socket_path + ": " + std::strerror(-rc));
   }
   if (int rc = server_->start()) {
     server_.reset();
+    cm_.reset();
     backend_.reset();
     throw std::runtime_error(std::string("shim: cannot start the server thread: ") + std::strerror(-rc));
   }
@@ -53,6 +57,7 @@ void ShimComponent::stop() noexcept {
     server_->stop();
     server_.reset();  // destroys every client's objects (on their cores), unlinks the socket
   }
+  cm_.reset();  // each port's agent (REJ/DREQ for what is left) and QP1, on their home cores
   if (backend_) {
     backend_->stop();
     backend_.reset();
@@ -66,6 +71,15 @@ json ShimComponent::status() const {
   for (int k = 0; k < static_cast<int>(shim::ObjKind::Count_); ++k)
     objs[shim::obj_kind_name(static_cast<shim::ObjKind>(k))] = s.objects[k];
   const shim::ShimBackendStats b = backend_->stats();
+  json cm = json::object();  // per device: the agent's and QP1's counters
+  for (uint32_t d = 0; d < backend_->device_count(); ++d) {
+    std::vector<std::pair<std::string, uint64_t>> ctr;
+    if (cm_ && cm_->counters(d, ctr) == 0) {
+      json c = json::object();
+      for (auto& [k, v] : ctr) c[k] = v;
+      cm["droce" + std::to_string(d)] = c;
+    }
+  }
   return json{{"socket", server_->socket_path()},
               {"clients", s.clients},
               {"clients_total", s.clients_total},
@@ -83,7 +97,8 @@ json ShimComponent::status() const {
               {"bad_wqes", b.bad_wqes},
               {"corrupt_rings", b.corrupt_rings},
               {"events", b.events},
-              {"async_events", b.async_events}};
+              {"async_events", b.async_events},
+              {"cm", cm}};
 }
 
 }  // namespace droce::daemon

@@ -1,7 +1,8 @@
 // The shared-memory verbs shim as a droced Component: a ShimServer on the
 // [shim] socket over EngineShimBackend (the real engine, one core per
-// client), and the control command `shim` (clients, objects, mapped bytes,
-// data-path counters). Started after the dataplane, stopped before it: a
+// client) and EngineCmBackend (the RDMA CM: QP1 and a cm::Agent per port on
+// its home core), and the control command `shim` (clients, objects, mapped
+// bytes, data-path counters, per device the CM's counters under "cm"). Started after the dataplane, stopped before it: a
 // stop destroys every client's objects on their cores while the loops run.
 #pragma once
 
@@ -11,6 +12,7 @@
 #include "dataplane_component.h"
 #include "shim/server.h"
 #include "shim/engine/engine_backend.h"
+#include "shim/engine/engine_cm.h"
 
 namespace droce::daemon {
 
@@ -28,6 +30,7 @@ class ShimComponent : public Component {
   DaemonContext& ctx_;
   DataplaneComponent& dpc_;
   std::unique_ptr<shim::EngineShimBackend> backend_;
+  std::unique_ptr<shim::EngineCmBackend> cm_;
   std::unique_ptr<shim::ShimServer> server_;
 };
 

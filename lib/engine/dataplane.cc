@@ -855,38 +855,36 @@ std::vector<NeighInfo> Dataplane::neighbours() {
   return out;
 }
 
+Dataplane::ResolveStep Dataplane::resolve_step_st(uint32_t p, const wire::Gid& ip, wire::MacAddr& mac) noexcept {
+  if (p >= ports_.size()) return ResolveStep::Failed;
+  DemuxIo& d = *ports_[p].demux[0];
+  io::PktBuf* b = nullptr;
+  if (d.queue().alloc_burst(&b, 1) != 1) return ResolveStep::Pending;  // no buffer now: ask again later
+  uint32_t len = 0;
+  const netstack::NetStack::Resolve r = ports_[p].stack->resolve(ip, clock_.now_ns(), mac, {b->data, b->cap}, len);
+  if (len) {
+    b->len = len;
+    d.send_host(b);
+  } else {
+    d.queue().free_burst(&b, 1);
+  }
+  using R = netstack::NetStack::Resolve;
+  // Failed: the cache holds the failure for a while, then asks again; the
+  // caller keeps trying until its own deadline (links that come up late, lost frames).
+  return r == R::Ready || r == R::ReadyProbe ? ResolveStep::Ready : ResolveStep::Pending;
+}
+
 Dataplane::ResolveStep Dataplane::resolve_step(uint32_t p, const wire::Gid& ip, wire::MacAddr& mac) {
   if (p >= ports_.size()) return ResolveStep::Failed;
   struct St {
-    netstack::NetStack::Resolve r = netstack::NetStack::Resolve::Failed;
+    ResolveStep r = ResolveStep::Failed;
     wire::MacAddr mac{};
   };
   auto st = std::make_shared<St>();
-  const bool ran = run_on(ports_[p].cores[0], [this, p, ip, st](CoreLoop&) {
-    DemuxIo& d = *ports_[p].demux[0];
-    io::PktBuf* b = nullptr;
-    if (d.queue().alloc_burst(&b, 1) != 1) {
-      st->r = netstack::NetStack::Resolve::Pending;  // no buffer now: ask again later
-      return;
-    }
-    uint32_t len = 0;
-    st->r = ports_[p].stack->resolve(ip, clock_.now_ns(), st->mac, {b->data, b->cap}, len);
-    if (len) {
-      b->len = len;
-      d.send_host(b);
-    } else {
-      d.queue().free_burst(&b, 1);
-    }
-  });
+  const bool ran = run_on(ports_[p].cores[0], [this, p, ip, st](CoreLoop&) { st->r = resolve_step_st(p, ip, st->mac); });
   if (!ran) return ResolveStep::Failed;
-  using R = netstack::NetStack::Resolve;
-  if (st->r == R::Ready || st->r == R::ReadyProbe) {
-    mac = st->mac;
-    return ResolveStep::Ready;
-  }
-  // Failed: the cache holds the failure for a while, then asks again; the
-  // caller keeps trying until its own deadline (links that come up late, lost frames).
-  return ResolveStep::Pending;
+  if (st->r == ResolveStep::Ready) mac = st->mac;
+  return st->r;
 }
 
 bool Dataplane::resolve(uint32_t p, const wire::Gid& ip, wire::MacAddr& mac, Ms timeout) {

@@ -277,6 +277,11 @@ class Dataplane {
   // such port, or the core did not answer).
   enum class ResolveStep : uint8_t { Ready, Pending, Failed };
   ResolveStep resolve_step(uint32_t p, const wire::Gid& ip, wire::MacAddr& mac);
+  // The same step on the calling thread, which must be port p's home core
+  // (a poller or run_on function there; any thread while the loops are not
+  // running): for code that lives on the home core, such as the port's CM
+  // (lib/shim/engine/engine_cm.h), where run_on would wait for itself.
+  ResolveStep resolve_step_st(uint32_t p, const wire::Gid& ip, wire::MacAddr& mac) noexcept;
 
   stats::PerCore<stats::PortCounter>& port_counters(uint32_t p) { return *ports_.at(p).counters; }
   stats::PerCore<stats::CoreCounter>& core_counters() { return *core_ctr_; }

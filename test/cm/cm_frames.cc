@@ -1,5 +1,9 @@
 #include "cm_frames.h"
 
+#include <cstring>
+#include <deque>
+
+#include "cm/agent.h"
 #include "cm_samples.h"
 #include "wire/opcode.h"
 #include "wire/packet.h"
@@ -60,10 +64,12 @@ std::vector<Sample> sample_frames() {
   return v;
 }
 
-bool write_samples(const std::string& path, std::string& err) {
+namespace {
+
+bool write_frames(const std::string& path, std::vector<Sample> v, std::string& err) {
   std::vector<pcapio::Frame> out;
   double ts = 1.0e9;
-  for (auto& s : sample_frames()) {
+  for (auto& s : v) {
     if (s.frame.empty()) {
       err = "could not build the " + s.name + " frame";
       return false;
@@ -72,6 +78,159 @@ bool write_samples(const std::string& path, std::string& err) {
     ts += 0.001;
   }
   return pcapio::write_pcap(path, out, err);
+}
+
+// Two Agents on an in-memory link; every MAD sent is kept as a frame.
+struct Node;
+struct Link {
+  std::deque<std::pair<Node*, std::array<uint8_t, kMadSize>>> q;
+  std::vector<Sample> sent;
+};
+
+struct Node final : Agent::Io {
+  Node(Link& l, uint32_t ip, uint8_t mac_last, AgentConfig cfg)
+      : link(l), ip4(ip), addr(wire::gid_from_ipv4(ip)), mac{0x02, 0, 0, 0, 0, mac_last},
+        agent(cfg, *this, [this](const Event& e) { events.push_back(e); }) {}
+  bool send_mad(const wire::Gid& local, const wire::Gid& remote, uint8_t, std::span<const uint8_t> mad) override {
+    if (mad.size() < kMadSize || local != addr || remote != peer->addr) return false;
+    std::array<uint8_t, kMadSize> m;
+    std::memcpy(m.data(), mad.data(), kMadSize);
+    MadHdr h;
+    (void)decode_hdr(m, h);
+    Addr a;
+    a.src_ip = ip4;
+    a.dst_ip = peer->ip4;
+    a.src_mac = mac;
+    a.dst_mac = peer->mac;
+    a.psn = static_cast<uint32_t>(link.sent.size());
+    link.sent.push_back(Sample{h.attr_id, attr_name(h.attr_id), h.tid, m, cm_frame(m, a)});
+    link.q.emplace_back(peer, m);
+    return true;
+  }
+  bool is_local(const wire::Gid& ip) const override { return ip == addr; }
+  // The last event of type t (and forgets the events).
+  bool take(EventType t, Event& out) {
+    bool found = false;
+    for (const auto& e : events)
+      if (e.type == t) out = e, found = true;
+    events.clear();
+    return found;
+  }
+  Link& link;
+  uint32_t ip4;
+  wire::Gid addr;
+  std::array<uint8_t, 6> mac;
+  Node* peer = nullptr;
+  Agent agent;
+  std::vector<Event> events;
+};
+
+}  // namespace
+
+bool write_samples(const std::string& path, std::string& err) { return write_frames(path, sample_frames(), err); }
+
+std::vector<Sample> agent_frames(std::string& err) {
+  Link link;
+  AgentConfig cfg;
+  cfg.mra_after_ns = 2'000'000;  // MRA when the passive program takes more than 2 ms
+  cfg.ca_guid = 0x02000000000000A1ull;
+  cfg.seed = 11;
+  Node a(link, samples::kIpA, 0x0A, cfg);
+  cfg.ca_guid = 0x02000000000000B2ull;
+  cfg.seed = 22;
+  Node b(link, samples::kIpB, 0x0B, cfg);
+  a.peer = &b;
+  b.peer = &a;
+  uint64_t now = 1'000'000'000;
+  a.agent.tick(now);
+  b.agent.tick(now);
+  auto pump = [&] {
+    for (int i = 0; i < 100 && !link.q.empty(); ++i) {
+      auto [to, m] = link.q.front();
+      link.q.pop_front();
+      to->agent.on_mad(to->peer->addr, to->addr, kGsiQpn, m);
+    }
+  };
+  auto fail = [&](const char* what) {
+    err = std::string("agent exchange: ") + what;
+    return std::vector<Sample>{};
+  };
+  ConnectArgs rc;
+  rc.local = {a.addr, 40000};
+  rc.remote = {b.addr, samples::kTcpPort};
+  rc.param.qpn = 0x000123;
+  rc.param.responder_resources = 4;
+  rc.param.initiator_depth = 2;
+  rc.param.private_data_len = 5;
+  std::memcpy(rc.param.private_data, "hello", 5);
+  rc.path_mtu = 5;
+  rc.traffic_class = 0x60;
+
+  // RC: REQ, MRA (b slow), REP, RTU, DREQ, DREP.
+  ConnId listener = 0, act = 0;
+  Event e;
+  if (b.agent.listen(PortSpace::Tcp, {{}, samples::kTcpPort}, QpKind::Rc, 1, &listener) != 0) return fail("listen");
+  if (a.agent.connect(rc, 2, &act) != 0) return fail("connect");
+  pump();
+  if (!b.take(EventType::ConnectRequest, e)) return fail("no ConnectRequest");
+  const ConnId pas = e.id;
+  now += 5'000'000;
+  a.agent.tick(now);
+  b.agent.tick(now);
+  pump();
+  ConnParam acc;
+  acc.qpn = 0x000456;
+  acc.responder_resources = 2;
+  acc.initiator_depth = 4;
+  acc.private_data_len = 3;
+  std::memcpy(acc.private_data, "yes", 3);
+  if (b.agent.accept(pas, acc) != 0) return fail("accept");
+  pump();
+  if (!a.take(EventType::ConnectResponse, e)) return fail("no ConnectResponse");
+  if (a.agent.establish(act) != 0) return fail("establish");
+  pump();
+  if (a.agent.disconnect(act) != 0) return fail("disconnect");
+  pump();
+  // RC rejected: REQ, REJ.
+  ConnId act2 = 0;
+  rc.local.port = 40001;
+  if (a.agent.connect(rc, 3, &act2) != 0) return fail("second connect");
+  pump();
+  if (!b.take(EventType::ConnectRequest, e)) return fail("no second ConnectRequest");
+  const uint8_t no[] = {'n', 'o'};
+  if (b.agent.reject(e.id, no) != 0) return fail("reject");
+  pump();
+  // UD: SIDR_REQ, SIDR_REP OK; SIDR_REQ, SIDR_REP reject.
+  ConnId ulisten = 0, uact = 0;
+  if (b.agent.listen(PortSpace::Udp, {{}, samples::kUdpPort}, QpKind::Ud, 4, &ulisten) != 0) return fail("UD listen");
+  ConnectArgs ud = rc;
+  ud.kind = QpKind::Ud;
+  ud.ps = PortSpace::Udp;
+  ud.remote.port = samples::kUdpPort;
+  ud.local.port = 40002;
+  for (int round = 0; round < 2; ++round) {
+    if (a.agent.connect(ud, 5, &uact) != 0) return fail("UD connect");
+    pump();
+    if (!b.take(EventType::ConnectRequest, e)) return fail("no UD ConnectRequest");
+    if (round == 0) {
+      ConnParam up;
+      up.qpn = 0x000789;
+      up.qkey = kUdpQkey;
+      if (b.agent.accept(e.id, up) != 0) return fail("UD accept");
+    } else if (b.agent.reject(e.id, no) != 0) {
+      return fail("UD reject");
+    }
+    pump();
+    ud.local.port = 40003;
+  }
+  if (!link.q.empty()) return fail("MADs left in flight");
+  return std::move(link.sent);
+}
+
+bool write_agent_frames(const std::string& path, std::string& err) {
+  auto v = agent_frames(err);
+  if (v.empty()) return false;
+  return write_frames(path, std::move(v), err);
 }
 
 }  // namespace droce::cm::frames

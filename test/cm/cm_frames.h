@@ -41,4 +41,12 @@ std::vector<Sample> sample_frames();
 // The samples as a pcap at path.
 bool write_samples(const std::string& path, std::string& err);
 
+// What two real cm::Agents send each other (their actual MADs, addresses and
+// field values) through an in-memory link: RC connect with MRA (the passive
+// program slow to answer), REP, RTU, DREQ/DREP, a rejected connect (REJ), a UD
+// resolution (SIDR_REQ/SIDR_REP OK) and a refused one (SIDR_REP reject).
+// Empty, with err set, if the exchange does not go as scripted.
+std::vector<Sample> agent_frames(std::string& err);
+bool write_agent_frames(const std::string& path, std::string& err);
+
 }  // namespace droce::cm::frames

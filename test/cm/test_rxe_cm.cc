@@ -1,6 +1,7 @@
 // Golden CM traffic from Linux: test/data/rxe-cm.pcap, the CM MADs of rping,
-// a REQ to a port nobody listens on, udaddy and ucmatose between two rxe
-// guests (kernel ib_cm/rdma_cm), made with test/interop/rxe-peer; how, and
+// a REQ to a port nobody listens on, udaddy, ucmatose, a late accept (MRA)
+// and a consumer REJ with private data (rxe_cm_slow) between two rxe guests
+// (kernel ib_cm/rdma_cm), made with test/interop/rxe-peer; how, and
 // what Linux puts in each field: test/data/rxe-cm.txt. Every frame parses
 // (lib/wire), its MAD decodes with lib/cm without error, the fields are the
 // ones the .txt (and Wireshark, where its dissector reads them right) gives,
@@ -9,6 +10,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -90,8 +92,15 @@ M decode_ok(const Mad& mad, Attr attr, uint64_t tid) {
 
 bool all_zero(const uint8_t* p, size_t n) { return std::all_of(p, p + n, [](uint8_t c) { return c == 0; }); }
 
-// The REQ and SIDR_REQ private data: the CMA header, then zeros (the programs send none).
-void check_cma_hdr(const uint8_t* pdata, size_t len, uint16_t src_port) {
+// The program's private data: `text` and its NUL, then zeros ("" : all zero).
+void check_user_pdata(const uint8_t* p, size_t len, const char* text) {
+  const size_t n = std::strlen(text);
+  CHECK(std::string(reinterpret_cast<const char*>(p), n) == text);
+  CHECK(all_zero(p + n, len - n));
+}
+
+// The REQ and SIDR_REQ private data: the CMA header, then the program's.
+void check_cma_hdr(const uint8_t* pdata, size_t len, uint16_t src_port, const char* user = "") {
   CmaHdr c;
   REQUIRE(decode_cma_hdr({pdata, len}, c));
   CHECK(c.version == 0);
@@ -102,7 +111,7 @@ void check_cma_hdr(const uint8_t* pdata, size_t len, uint16_t src_port) {
   // On the wire the IPv4 addresses are 12 zero bytes + the address (not ::ffff: mapped).
   CHECK(all_zero(pdata + 4, 12));
   CHECK(all_zero(pdata + 20, 12));
-  CHECK(all_zero(pdata + kCmaHdrSize, len - kCmaHdrSize));
+  check_user_pdata(pdata + kCmaHdrSize, len - kCmaHdrSize, user);
   // And our encoder writes the same header.
   std::array<uint8_t, kCmaHdrSize> again{};
   encode_cma_hdr(again, c);
@@ -116,6 +125,7 @@ struct ReqWant {
   uint32_t psn;
   uint8_t retry, rnr;
   uint16_t cma_sport;
+  const char* pdata = "";
 };
 
 void check_req(const Mad& mad, uint64_t tid, const ReqWant& w) {
@@ -158,10 +168,11 @@ void check_req(const Mad& mad, uint64_t tid, const ReqWant& w) {
   CHECK_FALSE(m.primary.subnet_local);
   CHECK(m.primary.local_ack_timeout == 19);
   CHECK_FALSE(m.has_alternate);
-  check_cma_hdr(m.private_data, kReqPrivate, w.cma_sport);
+  check_cma_hdr(m.private_data, kReqPrivate, w.cma_sport, w.pdata);
 }
 
-void check_rep(const Mad& mad, uint64_t tid, uint32_t local, uint32_t remote, uint32_t qpn, uint32_t psn) {
+void check_rep(const Mad& mad, uint64_t tid, uint32_t local, uint32_t remote, uint32_t qpn, uint32_t psn,
+               const char* pdata = "") {
   const Rep m = decode_ok<Rep>(mad, Attr::Rep, tid);
   CHECK(m.local_comm_id == local);
   CHECK(m.remote_comm_id == remote);
@@ -177,7 +188,7 @@ void check_rep(const Mad& mad, uint64_t tid, uint32_t local, uint32_t remote, ui
   CHECK(m.rnr_retry_count == 7);
   CHECK_FALSE(m.srq);
   CHECK(m.local_ca_guid == kGuid2);
-  CHECK(all_zero(m.private_data, kRepPrivate));
+  check_user_pdata(m.private_data, kRepPrivate, pdata);
 }
 
 void check_rtu(const Mad& mad, uint64_t tid, uint32_t local, uint32_t remote) {
@@ -211,10 +222,11 @@ constexpr uint64_t linux_tid(uint32_t comm_id) {
 
 TEST_CASE("rxe-cm.pcap: Linux's CM MADs decode, match rxe-cm.txt and re-encode to the same bytes", "[cm][golden]") {
   const auto mads = load();
-  REQUIRE(mads.size() == 14);
-  // Who sent what, and QP1's own PSN counter per guest.
-  const uint32_t from[14] = {kIp1, kIp2, kIp1, kIp1, kIp2, kIp1, kIp2, kIp1, kIp2, kIp1, kIp2, kIp1, kIp2, kIp1};
-  const uint32_t psn[14] = {0, 0, 1, 2, 1, 3, 2, 4, 3, 5, 4, 6, 5, 7};
+  REQUIRE(mads.size() == 23);
+  // Who sent what, and QP1's own PSN counter per guest (the guests were rebooted before frame 15).
+  const uint32_t from[23] = {kIp1, kIp2, kIp1, kIp1, kIp2, kIp1, kIp2, kIp1, kIp2, kIp1, kIp2, kIp1,
+                             kIp2, kIp1, kIp1, kIp1, kIp2, kIp2, kIp1, kIp1, kIp2, kIp1, kIp2};
+  const uint32_t psn[23] = {0, 0, 1, 2, 1, 3, 2, 4, 3, 5, 4, 6, 5, 7, 4, 5, 3, 4, 6, 7, 5, 8, 6};
   for (size_t i = 0; i < mads.size(); ++i) {
     INFO("frame " << i + 1);
     CHECK(mads[i].src_ip == from[i]);
@@ -272,6 +284,36 @@ TEST_CASE("rxe-cm.pcap: Linux's CM MADs decode, match rxe-cm.txt and re-encode t
     CHECK(tid2 == 0x0000000284067b51ull);
     check_dreq(mads[12], tid2, c2, c1, 0x14);
     check_drep(mads[13], tid2, c1, c2);
+  }
+  SECTION("E: a late accept: the REQ resent, MRA, then REP with private data (frames 15-21)") {
+    const uint32_t c1 = 0x179b3345, c2 = 0xc36e1da1;
+    const uint64_t tid = linux_tid(c1);
+    check_req(mads[14], tid, {c1, 7180, 0x13, 0x01e97f, 7, 7, 0xa50f, "req-pdata"});
+    // The resent REQ is the same MAD (same TID): only the BTH PSN differs.
+    CHECK(mads[15].b == mads[14].b);
+    const Mra m = decode_ok<Mra>(mads[16], Attr::Mra, tid);
+    CHECK(m.local_comm_id == c2);
+    CHECK(m.remote_comm_id == c1);
+    CHECK(m.message_mraed == 0);     // the REQ
+    CHECK(m.service_timeout == 24);  // rdma_cm's CMA_CM_MRA_SETTING: 4.096 us * 2^24 = 68.7 s
+    CHECK(all_zero(m.private_data, kMraPrivate));
+    check_rep(mads[17], tid, c2, c1, 0x12, 0x60d482, "rep-pdata");
+    check_rtu(mads[18], tid, c1, c2);
+    check_dreq(mads[19], tid, c1, c2, 0x12);
+    check_drep(mads[20], tid, c2, c1);
+  }
+  SECTION("F: rdma_reject with private data: REJ consumer defined (frames 22-23)") {
+    const uint32_t c1 = 0x169b3345;
+    const uint64_t tid = linux_tid(c1);
+    check_req(mads[21], tid, {c1, 7181, 0x14, 0x8d906c, 7, 7, 0xc383, "req-pdata"});
+    const Rej m = decode_ok<Rej>(mads[22], Attr::Rej, tid);
+    CHECK(m.local_comm_id == 0xce6e1da1);  // the passive side's id this time: it made one
+    CHECK(m.remote_comm_id == c1);
+    CHECK(m.message_rejected == 0);
+    CHECK(m.ari_length == 0);
+    CHECK(m.reason == uint16_t(RejReason::ConsumerDefined));
+    CHECK(all_zero(m.ari, kRejAriMax));
+    check_user_pdata(m.private_data, kRejPrivate, "rej-pdata");
   }
 }
 

@@ -309,15 +309,16 @@ def main():
 
     check("wrong ICRC", bad_icrc, {("transport", "rx_icrc_err"): 8, ("port", "rx_drop_bad_icrc"): 8}, "SEND with its ICRC inverted")
 
-    # 5. QP1 (GSI: droce has none) and QPNs nobody owns.
+    # 5. QP1 (the GSI QP of droced's CM) with a wrong Q_Key, and QPNs nobody owns.
     def qp1_unknown():
         mad = b"\x00" * 256
-        deth = struct.pack("!IB3s", 0x80010000, 0, (1).to_bytes(3, "big"))
+        deth = struct.pack("!IB3s", 0x12345678, 0, (1).to_bytes(3, "big"))
         fr = [fb.frame(me_mac, me_ip, bth(UD_SEND_ONLY, 1, 0) + deth + mad) for _ in range(4)]
         fr += [fb.frame(me_mac, me_ip, bth(RC_SEND_ONLY, n, 0) + b"\x00" * 64) for n in (0, 0xFFFFFF, 0xABCDE, 0x7FFF)]
         return fr
 
-    check("QP1 / unknown QPN", qp1_unknown, {("transport", "rx_no_qp"): 8}, "UD MAD to QP1, RC SEND to QPN 0, 0xffffff, ...")
+    check("QP1 / unknown QPN", qp1_unknown, {("transport", "ud_qkey_drop"): 4, ("transport", "rx_no_qp"): 4},
+          "UD MAD to QP1 with a wrong Q_Key, RC SEND to QPN 0, 0xffffff, ...")
 
     # 6-8. Requests the target QPs must refuse (each refusal is fatal for its QP:
     # NAK, QP to ERR), two QPs per class, PSN = the one they expect.

@@ -243,6 +243,19 @@ class LoopbackBackend : public ShimBackend {
     if (mask & IBV_QP_RNR_RETRY) q.attr.rnr_retry = a.rnr_retry;
     if (mask & IBV_QP_MIN_RNR_TIMER) q.attr.min_rnr_timer = a.min_rnr_timer;
     q.attr.qp_state = to;
+    // ERR flushes the receive queue (IBTA 10.3.1): programs such as rping
+    // wait for those completions before they tear down.
+    if (to == IBV_QPS_ERR && from != IBV_QPS_ERR && q.setup.srq == 0) {
+      droce_shm_recv_wqe r;
+      for (uint32_t i = 0; i < (1u << 20) && q.rq.try_pop(&r); i++) {
+        droce_shm_cqe fc{};
+        fc.wr_id = r.wr_id;
+        fc.qp_num = q.qpn;
+        fc.status = IBV_WC_WR_FLUSH_ERR;
+        fc.opcode = IBV_WC_RECV;
+        complete(q.setup.recv_cq, fc, false);
+      }
+    }
     log("modify_qp", c, qp);
     return 0;
   }

@@ -1,8 +1,10 @@
-// The drop-in librdmacm's behaviour that needs no peer, through its public
+// The drop-in librdmacm's behaviour that needs no CM peer, through its public
 // API (linked against the front, not Debian's librdmacm).
 //   rdmacm_check offline            no daemon at $DROCE_SOCKET
-//   rdmacm_check droced IP OTHER    a droced whose port has address IP; OTHER
-//                                   is an address no droced port has
+//   rdmacm_check droced IP OTHER PEER
+//                                   a droced whose port has address IP; OTHER
+//                                   is an address no droced port has, PEER one
+//                                   the port reaches (its ARP answered)
 // Prints one line per check; exits 1 if any failed.
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -22,12 +24,19 @@
 namespace {
 
 int g_fail = 0, g_pass = 0;
-void check(bool ok, const std::string& what) {
-  std::printf("%s %s\n", ok ? "ok  " : "FAIL", what.c_str());
+// why: printed after a failure only (errno as the call left it).
+void check_impl(bool ok, const std::string& what, const std::string& why = "") {
+  std::printf("%s %s%s\n", ok ? "ok  " : "FAIL", what.c_str(), ok ? "" : why.c_str());
   (ok ? g_pass : g_fail)++;
 }
 // A call returning -1 with errno e.
 bool fails_with(int rc, int e) { return rc == -1 && errno == e; }
+// The condition first, then the texts (errno as the condition's calls left it).
+#define check(cond, ...)                    \
+  do {                                      \
+    const bool check_ok_ = (cond);          \
+    check_impl(check_ok_, __VA_ARGS__);     \
+  } while (0)
 std::string err() { return std::string(" (errno ") + std::strerror(errno) + ")"; }
 
 sockaddr_in ip4(const char* a, uint16_t port) {
@@ -41,10 +50,10 @@ sockaddr_in ip4(const char* a, uint16_t port) {
 void offline() {
   errno = 0;
   rdma_event_channel* ch = rdma_create_event_channel();
-  check(ch == nullptr && errno == ENODEV, "no daemon: rdma_create_event_channel fails with ENODEV" + err());
+  check(ch == nullptr && errno == ENODEV, "no daemon: rdma_create_event_channel fails with ENODEV", err());
   rdma_cm_id* id = nullptr;
   check(fails_with(rdma_create_id(nullptr, &id, nullptr, RDMA_PS_TCP), ENODEV),
-        "no daemon: rdma_create_id (synchronous) fails with ENODEV" + err());
+        "no daemon: rdma_create_id (synchronous) fails with ENODEV", err());
   int n = -1;
   ibv_context** devs = rdma_get_devices(&n);
   check(devs == nullptr && n == 0, "no daemon: rdma_get_devices returns no device");
@@ -129,25 +138,25 @@ rdma_cm_event* wait_event(rdma_event_channel* ch, int ms) {
   return rdma_get_cm_event(ch, &ev) == 0 ? ev : nullptr;
 }
 
-void with_droced(const char* ip, const char* other) {
+void with_droced(const char* ip, const char* other, const char* peer) {
   rdma_event_channel* ch = rdma_create_event_channel();
-  check(ch != nullptr && ch->fd >= 0, "rdma_create_event_channel gives a channel with an fd" + err());
+  check(ch != nullptr && ch->fd >= 0, "rdma_create_event_channel gives a channel with an fd", err());
   if (ch == nullptr) return;
   int fl = fcntl(ch->fd, F_GETFL);
   fcntl(ch->fd, F_SETFL, fl | O_NONBLOCK);
   rdma_cm_event* ev = nullptr;
-  check(fails_with(rdma_get_cm_event(ch, &ev), EAGAIN), "empty non-blocking channel: EAGAIN" + err());
+  check(fails_with(rdma_get_cm_event(ch, &ev), EAGAIN), "empty non-blocking channel: EAGAIN", err());
   pollfd p{ch->fd, POLLIN, 0};
   check(poll(&p, 1, 0) == 0, "empty channel fd does not poll readable");
 
   rdma_cm_id* id = nullptr;
   check(rdma_create_id(ch, &id, nullptr, RDMA_PS_TCP) == 0 && id && id->channel == ch &&
             id->qp_type == IBV_QPT_RC && id->ps == RDMA_PS_TCP,
-        "rdma_create_id RDMA_PS_TCP: an RC id on the channel" + err());
+        "rdma_create_id RDMA_PS_TCP: an RC id on the channel", err());
   if (!id) return;
   sockaddr_in bad = ip4(other, 0);
   check(fails_with(rdma_bind_addr(id, reinterpret_cast<sockaddr*>(&bad)), EADDRNOTAVAIL),
-        std::string("rdma_bind_addr on ") + other + " (no droced port has it): EADDRNOTAVAIL" + err());
+        std::string("rdma_bind_addr on ") + other + " (no droced port has it): EADDRNOTAVAIL", err());
   sockaddr_in6 bad6{};
   bad6.sin6_family = 77;  // not an address family we know
   check(fails_with(rdma_bind_addr(id, reinterpret_cast<sockaddr*>(&bad6)), EINVAL),
@@ -156,11 +165,11 @@ void with_droced(const char* ip, const char* other) {
   int rc = rdma_bind_addr(id, reinterpret_cast<sockaddr*>(&mine));
   check(rc == 0 && id->verbs != nullptr && id->pd != nullptr && id->port_num == 1 &&
             rdma_get_src_port(id) != 0 && rdma_get_local_addr(id)->sa_family == AF_INET,
-        std::string("rdma_bind_addr ") + ip + ":0 -> droced's device, an ephemeral port" + err());
+        std::string("rdma_bind_addr ") + ip + ":0 -> droced's device, an ephemeral port", err());
   if (rc == 0 && id->verbs)
     check(std::strncmp(ibv_get_device_name(id->verbs->device), "droce", 5) == 0,
           std::string("id->verbs is a droce device (") + ibv_get_device_name(id->verbs->device) + ")");
-  check(rdma_listen(id, 4) == 0, "rdma_listen on the bound id" + err());
+  check(rdma_listen(id, 4) == 0, "rdma_listen on the bound id", err());
 
   // A second id shares the device context (one per device, as librdmacm).
   rdma_cm_id* id2 = nullptr;
@@ -169,7 +178,7 @@ void with_droced(const char* ip, const char* other) {
       rdma_bind_addr(id2, reinterpret_cast<sockaddr*>(&mine2)) == 0)
     check(id2->verbs == id->verbs && id2->qp_type == IBV_QPT_UD, "ids on one device share id->verbs; PS_UDP is UD");
   else
-    check(false, "second id (RDMA_PS_UDP) bound" + err());
+    check(false, "second id (RDMA_PS_UDP) bound", err());
   if (id2) {
     check(fails_with(rdma_join_multicast(id2, reinterpret_cast<sockaddr*>(&mine2), nullptr), ENOSYS),
           "rdma_join_multicast: ENOSYS (no multicast on droce)");
@@ -183,18 +192,18 @@ void with_droced(const char* ip, const char* other) {
     ibv_ece ece{};
     check(rdma_get_remote_ece(id2, &ece) == 0 && ece.vendor_id == 0 && ece.options == 0,
           "rdma_get_remote_ece: zeroed (no ECE)");
-    check(rdma_destroy_id(id2) == 0, "rdma_destroy_id of the UD id" + err());
+    check(rdma_destroy_id(id2) == 0, "rdma_destroy_id of the UD id", err());
   }
 
   // An event left unacked when its id is destroyed: the destroy returns,
   // the event stays readable until acked.
   rdma_cm_id* id3 = nullptr;
-  sockaddr_in dst = ip4(ip, 7);
+  sockaddr_in dst = ip4(peer, 7);
   if (rdma_create_id(ch, &id3, reinterpret_cast<void*>(0x5eed), RDMA_PS_TCP) == 0 &&
       rdma_resolve_addr(id3, nullptr, reinterpret_cast<sockaddr*>(&dst), 2000) == 0) {
     rdma_cm_event* e = wait_event(ch, 5000);
     check(e != nullptr && e->id == id3 && e->event == RDMA_CM_EVENT_ADDR_RESOLVED && id3->verbs != nullptr,
-          std::string("rdma_resolve_addr to our own address: ADDR_RESOLVED, id bound to the device") +
+          std::string("rdma_resolve_addr to the peer: ADDR_RESOLVED, id bound to the device") +
               (e ? std::string(" (got ") + rdma_event_str(e->event) + ")" : err()));
     auto t0 = std::chrono::steady_clock::now();
     check(rdma_destroy_id(id3) == 0 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(2),
@@ -202,7 +211,7 @@ void with_droced(const char* ip, const char* other) {
     if (e) check(e->id->context == reinterpret_cast<void*>(0x5eed) && rdma_ack_cm_event(e) == 0,
                  "the unacked event is still valid and acks after the destroy");
   } else {
-    check(false, "rdma_resolve_addr to our own address" + err());
+    check(false, "rdma_resolve_addr to the peer", err());
   }
 
   int n = 0;
@@ -211,19 +220,19 @@ void with_droced(const char* ip, const char* other) {
         "rdma_get_devices lists droced's devices (the ids' contexts), NULL-terminated");
   rdma_free_devices(devs);
 
-  check(rdma_destroy_id(id) == 0, "rdma_destroy_id of the listener" + err());
+  check(rdma_destroy_id(id) == 0, "rdma_destroy_id of the listener", err());
   rdma_destroy_event_channel(ch);
 
   // Synchronous mode: a NULL channel; rdma_resolve_addr waits for its event.
   rdma_cm_id* sid = nullptr;
-  sockaddr_in self = ip4(ip, 7);
+  sockaddr_in self = ip4(peer, 7);
   check(rdma_create_id(nullptr, &sid, nullptr, RDMA_PS_TCP) == 0 && sid && sid->channel != nullptr,
-        "rdma_create_id(NULL channel): a private channel" + err());
+        "rdma_create_id(NULL channel): a private channel", err());
   if (sid) {
     check(rdma_resolve_addr(sid, nullptr, reinterpret_cast<sockaddr*>(&self), 2000) == 0 && sid->verbs &&
               sid->event && sid->event->event == RDMA_CM_EVENT_ADDR_RESOLVED,
-          "synchronous rdma_resolve_addr returns after ADDR_RESOLVED" + err());
-    check(rdma_destroy_id(sid) == 0, "rdma_destroy_id of the synchronous id" + err());
+          "synchronous rdma_resolve_addr returns after ADDR_RESOLVED", err());
+    check(rdma_destroy_id(sid) == 0, "rdma_destroy_id of the synchronous id", err());
   }
 }
 
@@ -233,10 +242,10 @@ int main(int argc, char** argv) {
   std::string mode = argc > 1 ? argv[1] : "";
   if (mode == "offline") {
     offline();
-  } else if (mode == "droced" && argc == 4) {
-    with_droced(argv[2], argv[3]);
+  } else if (mode == "droced" && argc == 5) {
+    with_droced(argv[2], argv[3], argv[4]);
   } else {
-    std::fprintf(stderr, "usage: rdmacm_check offline | droced IP OTHER_IP\n");
+    std::fprintf(stderr, "usage: rdmacm_check offline | droced IP OTHER_IP PEER_IP\n");
     return 2;
   }
   std::printf("%d passed, %d failed\n", g_pass, g_fail);

@@ -3,12 +3,17 @@
 // unmodified ibverbs programs against the front. Prints "ready" when the
 // socket listens; prints the server's object counters on SIGUSR1 and when it
 // exits on SIGTERM/SIGINT (all zero after well-behaved or killed clients).
+// With a second argument "cm" it serves the RDMA CM ops too (loopback_cm.h),
+// for the drop-in librdmacm.
 #include <signal.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <memory>
+#include <string>
 
 #include "loopback_backend.h"
+#include "loopback_cm.h"
 #include "shim/server.h"
 
 using namespace droce::shim;
@@ -22,8 +27,10 @@ static void print_stats(const char* tag, const ShimServer& server, const test::L
   std::printf("%s clients=%lu", tag, static_cast<unsigned long>(s.clients));
   for (int k = 0; k < static_cast<int>(ObjKind::Count_); k++)
     std::printf(" %s=%lu", obj_kind_name(static_cast<ObjKind>(k)), static_cast<unsigned long>(s.objects[k]));
-  std::printf(" mapped=%lu executed=%lu errors=%lu\n", static_cast<unsigned long>(s.mapped_bytes),
-              static_cast<unsigned long>(backend.wqes_executed()), static_cast<unsigned long>(backend.bad_wqes()));
+  std::printf(" mapped=%lu executed=%lu errors=%lu cm_ids=%lu cm_channels=%lu cm_listeners=%lu\n",
+              static_cast<unsigned long>(s.mapped_bytes), static_cast<unsigned long>(backend.wqes_executed()),
+              static_cast<unsigned long>(backend.bad_wqes()), static_cast<unsigned long>(s.cm_ids),
+              static_cast<unsigned long>(s.cm_channels), static_cast<unsigned long>(s.cm_listeners));
   std::fflush(stdout);
 }
 
@@ -40,7 +47,11 @@ int main(int argc, char** argv) {
   ShimServerConfig cfg;
   cfg.socket_path = argv[1];
   cfg.socket_mode = 0600;
-  ShimServer server(backend, cfg);
+  // "cm": the RDMA CM ops too, through a cm::Agent talking to itself (loopback_cm.h).
+  const bool with_cm = argc > 2 && std::string(argv[2]) == "cm";
+  std::unique_ptr<test::LoopbackCm> cm;
+  if (with_cm) cm = std::make_unique<test::LoopbackCm>();
+  ShimServer server(backend, cfg, cm.get());
   if (int rc = server.listen(); rc != 0) {
     std::fprintf(stderr, "listen %s: %s\n", argv[1], strerror(-rc));
     return 1;

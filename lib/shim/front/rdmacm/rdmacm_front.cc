@@ -520,6 +520,8 @@ FEvent* process_event(const CmEventResp& r) {
         if (process_conn_resp(f) == 0) {
           e->ev.event = RDMA_CM_EVENT_ESTABLISHED;
         } else {
+          // Reject the REP. droced may refuse CmReject on an active id;
+          // the REJ then goes out when the program destroys the id.
           int err = errno;
           CmRejectReq rj{};
           rj.id = f->handle;
