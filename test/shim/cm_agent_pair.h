@@ -57,6 +57,7 @@ class AgentPairCm final : public CmBackend {
     core_.join();
   }
 
+  CmBackend* get() { return this; }
   // Drops every MAD sent to dev while set (a peer that went silent).
   void blackhole(uint32_t dev, bool on) {
     std::lock_guard lk(mu_);

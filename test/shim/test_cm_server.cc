@@ -1,7 +1,9 @@
 // The ShimServer's RDMA CM ops (cm_sessions.h) through the protocol, as the
 // drop-in librdmacm calls them: channels and their eventfds, ids, bindings,
 // address resolution, and whole connections (REQ/REP/RTU/DREQ, REJ, SIDR)
-// between two clients over two real cm::Agents (cm_agent_pair.h); bad input
+// between two clients over two real cm::Agents (cm_agent_pair.h) and, for the
+// connection cases, over droced's EngineCmBackend too (QP1 on the test
+// dataplane, the agents on its home core: RealCm); bad input
 // (foreign handles, unbound ids, EADDRINUSE, unknown addresses), quotas, and
 // a client killed mid-connection leaving nothing in the server or the agents.
 #include <arpa/inet.h>
@@ -21,6 +23,7 @@
 #include "cm_agent_pair.h"
 #include "engine_env.h"
 #include "shim/client/client.h"
+#include "shim/engine/engine_cm.h"
 #include "shim/server.h"
 
 using namespace droce;
@@ -189,6 +192,32 @@ struct Conn {
     cli.expect(cch, RDMA_CM_EVENT_ADDR_RESOLVED);
     REQUIRE(cli.route(cid) == 0);
     cli.expect(cch, RDMA_CM_EVENT_ROUTE_RESOLVED);
+  }
+};
+
+// The real backend: EngineCmBackend on the test dataplane (QP1 of each port,
+// the Agents on the home core, MADs over the net_ring wire), with the same
+// test timers as AgentPairCm and the same views.
+struct RealCm {
+  EngineCmBackend be{droce::shim::test::dataplane(), droce::shim::test::backend_config(), config()};
+  static EngineCmConfig config() {
+    EngineCmConfig c;
+    c.agent = AgentPairCm::test_config();
+    return c;
+  }
+  CmBackend* get() { return &be; }
+  std::vector<cm::ConnInfo> connections(uint32_t dev) {
+    std::vector<cm::ConnInfo> v;
+    REQUIRE(be.connections(dev, v) == 0);
+    return v;
+  }
+  uint64_t counter(uint32_t dev, cm::CmCtr c) {
+    std::vector<std::pair<std::string, uint64_t>> v;
+    REQUIRE(be.counters(dev, v) == 0);
+    for (auto& [k, val] : v)
+      if (k == cm::ctr_name(c)) return val;
+    FAIL("no counter " << cm::ctr_name(c));
+    return 0;
   }
 };
 
@@ -387,9 +416,9 @@ TEST_CASE("cm: address and route resolution, without blocking other clients", "[
   CHECK(a.quiet(ch, 300));
 }
 
-TEST_CASE("cm: an RC connection through the real agents: REQ/REP/RTU/DREQ, QP attributes", "[shim][cm]") {
-  AgentPairCm cm;
-  Fixture f({}, &cm);
+TEMPLATE_TEST_CASE("cm: an RC connection through the real agents: REQ/REP/RTU/DREQ, QP attributes", "[shim][cm]", AgentPairCm, RealCm) {
+  TestType cm;
+  Fixture f({}, cm.get());
   Conn c(f, 7471);
   // The active side's REQ.
   REQUIRE(c.cli.connect(c.cid, 0x123, "hello") == 0);
@@ -470,9 +499,9 @@ TEST_CASE("cm: an RC connection through the real agents: REQ/REP/RTU/DREQ, QP at
   CHECK(s.cm_events >= 7);
 }
 
-TEST_CASE("cm: reject, and a REQ nobody listens for", "[shim][cm]") {
-  AgentPairCm cm;
-  Fixture f({}, &cm);
+TEMPLATE_TEST_CASE("cm: reject, and a REQ nobody listens for", "[shim][cm]", AgentPairCm, RealCm) {
+  TestType cm;
+  Fixture f({}, cm.get());
   Conn c(f, 7600);
   REQUIRE(c.cli.connect(c.cid, 0x222) == 0);
   CmEventResp req = c.srv.expect(c.sch, RDMA_CM_EVENT_CONNECT_REQUEST);
@@ -520,9 +549,9 @@ TEST_CASE("cm: a silent peer: UNREACHABLE -ETIMEDOUT after the CM retries", "[sh
   CHECK(cm.counter(0, cm::CmCtr::Timeouts) == 1);
 }
 
-TEST_CASE("cm: UD: SIDR_REQ / SIDR_REP through the agents", "[shim][cm]") {
-  AgentPairCm cm;
-  Fixture f({}, &cm);
+TEMPLATE_TEST_CASE("cm: UD: SIDR_REQ / SIDR_REP through the agents", "[shim][cm]", AgentPairCm, RealCm) {
+  TestType cm;
+  Fixture f({}, cm.get());
   Conn c(f, 7800, RDMA_PS_UDP, IBV_QPT_UD);
   CmInitQpAttrResp qa{};
   REQUIRE(c.cli.qp_attr(c.cid, IBV_QPS_INIT, qa) == 0);
@@ -541,9 +570,9 @@ TEST_CASE("cm: UD: SIDR_REQ / SIDR_REP through the agents", "[shim][cm]") {
   CHECK(std::memcmp(est.ah_attr.grh.dgid.raw, wire::gid_from_ipv4(kDevB).data(), 16) == 0);
 }
 
-TEST_CASE("cm: migrate an id with its events; destroy drops unread events; backlog", "[shim][cm]") {
-  AgentPairCm cm;
-  Fixture f({}, &cm);
+TEMPLATE_TEST_CASE("cm: migrate an id with its events; destroy drops unread events; backlog", "[shim][cm]", AgentPairCm, RealCm) {
+  TestType cm;
+  Fixture f({}, cm.get());
   Conn c(f, 7900);
   const uint32_t ch2 = c.srv.channel();
   REQUIRE(c.cli.connect(c.cid, 0x100) == 0);
@@ -593,9 +622,9 @@ TEST_CASE("cm: migrate an id with its events; destroy drops unread events; backl
   c.srv.expect(ch2, RDMA_CM_EVENT_CONNECT_REQUEST);
 }
 
-TEST_CASE("cm: a client killed mid-connection leaves nothing behind", "[shim][cm][cleanup]") {
-  AgentPairCm cm;
-  Fixture f({}, &cm);
+TEMPLATE_TEST_CASE("cm: a client killed mid-connection leaves nothing behind", "[shim][cm][cleanup]", AgentPairCm, RealCm) {
+  TestType cm;
+  Fixture f({}, cm.get());
   {
     // Killed after its REQ was answered by a request on the listener: the
     // agent rejects; the listener's client sees REJECTED on the new id.
@@ -674,11 +703,11 @@ TEST_CASE("cm: events of a request that come before the server took it reach the
   CHECK(f.server.stats().cm_events_dropped == 0);
 }
 
-TEST_CASE("cm: random CM requests from hostile clients: no crash, nothing left behind", "[shim][cm][fuzz]") {
-  AgentPairCm cm;
+TEMPLATE_TEST_CASE("cm: random CM requests from hostile clients: no crash, nothing left behind", "[shim][cm][fuzz]", AgentPairCm, RealCm) {
+  TestType cm;
   ShimServerConfig sc;
   sc.resolve_timeout_ms = 50;
-  Fixture f(sc, &cm);
+  Fixture f(sc, cm.get());
   std::mt19937 rng(4242);
   // Handles: mostly ones the server gave out (to either client), some small numbers.
   std::vector<uint32_t> given{1};
