@@ -877,7 +877,10 @@ int Agent::qp_params(ConnId id, QpParams& o) const {
   o.traffic_class = c.traffic_class;
   o.hop_limit = c.hop_limit;
   o.flow_label = c.flow_label;
-  o.sq_psn = c.local_psn;
+  // The starting PSN a node puts in its REQ/REP is the PSN it expects to
+  // receive: the peer sends from it (Linux's cm.c; test/data/rxe-cm.txt: a
+  // Linux active side sends from the REP's PSN, the passive side from the REQ's).
+  o.sq_psn = c.kind == QpKind::Ud ? c.local_psn : c.remote_psn;
   if (c.kind == QpKind::Ud) {
     o.qkey = c.qkey ? c.qkey : kUdpQkey;
     o.dest_qpn = c.remote_qpn;
@@ -887,7 +890,7 @@ int Agent::qp_params(ConnId id, QpParams& o) const {
   if (!c.passive && (c.state == ConnState::ReqSent || c.state == ConnState::MraRcvd || c.state == ConnState::Idle))
     return EINVAL;
   o.dest_qpn = c.remote_qpn;
-  o.rq_psn = c.remote_psn;
+  o.rq_psn = c.local_psn;
   o.path_mtu = c.path_mtu;
   o.max_dest_rd_atomic = c.max_dest_rd_atomic;
   o.max_rd_atomic = c.max_rd_atomic;

@@ -66,8 +66,8 @@ struct Event {
 // What the program's QP needs for RTR / RTS (rdma_init_qp_attr).
 struct QpParams {
   uint32_t dest_qpn = 0;
-  uint32_t rq_psn = 0;  // the peer's starting PSN
-  uint32_t sq_psn = 0;  // ours
+  uint32_t rq_psn = 0;  // the starting PSN of our REQ/REP (what we expect to receive, as Linux)
+  uint32_t sq_psn = 0;  // the peer's REQ/REP starting PSN (it expects us to send from it)
   uint8_t path_mtu = 3;  // IB encoding (3 = 1024)
   uint8_t max_dest_rd_atomic = 0;
   uint8_t max_rd_atomic = 0;

@@ -145,6 +145,13 @@ TEST_CASE("cm agent: RC connect, accept, establish and disconnect with negotiate
   Pair p;
   ConnId l = 0, act = 0;
   REQUIRE(p.b.agent.listen(PortSpace::Tcp, {{}, 7471}, QpKind::Rc, 99, &l) == 0);
+  Req sent_req;  // the REQ and REP on the wire, for their starting PSNs
+  Rep sent_rep;
+  p.link.drop = [&](const Mad& m) {
+    if (m.attr == Attr::Req) REQUIRE(decode(std::span<const uint8_t>(m.bytes, kMadSize), sent_req) == MadError::None);
+    if (m.attr == Attr::Rep) REQUIRE(decode(std::span<const uint8_t>(m.bytes, kMadSize), sent_rep) == MadError::None);
+    return false;
+  };
   REQUIRE(p.a.agent.connect(p.args(), 5, &act) == 0);
   QpParams q;
   CHECK(p.a.agent.qp_params(act, q) == EINVAL);  // no REP yet
@@ -187,6 +194,13 @@ TEST_CASE("cm agent: RC connect, accept, establish and disconnect with negotiate
   CHECK(qa.rq_psn == qb.sq_psn);
   CHECK(qb.rq_psn == qa.sq_psn);
   CHECK(qa.sq_psn < (1u << 24));
+  // As Linux (test/data/rxe-cm.txt): a REQ's/REP's starting PSN is what its
+  // sender receives from; the other side sends from it.
+  CHECK(qa.rq_psn == sent_req.starting_psn);
+  CHECK(qb.sq_psn == sent_req.starting_psn);
+  CHECK(qb.rq_psn == sent_rep.starting_psn);
+  CHECK(qa.sq_psn == sent_rep.starting_psn);
+  CHECK(sent_req.starting_psn != sent_rep.starting_psn);
   CHECK(qa.max_rd_atomic == 2);       // the REP's responder resources
   CHECK(qb.max_dest_rd_atomic == 2);
   CHECK(qa.max_dest_rd_atomic == 4);  // the REP's initiator depth
