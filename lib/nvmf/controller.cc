@@ -395,9 +395,10 @@ Target::Target(TargetConfig c) : cfg_(std::move(c)) {
   subs_.push_back(std::move(d));
 }
 
-Subsystem& Target::add_subsystem(std::string nqn, std::string serial, bool allow_any_host) {
+Subsystem& Target::add_subsystem(std::string nqn, std::string serial, bool allow_any_host, std::string model) {
   if (subsystem(nqn)) throw std::invalid_argument("subsystem nqn: duplicate '" + nqn + "'");
-  subs_.push_back(std::make_unique<Subsystem>(std::move(nqn), std::move(serial), cfg_.model, allow_any_host));
+  subs_.push_back(std::make_unique<Subsystem>(std::move(nqn), std::move(serial), model.empty() ? cfg_.model : std::move(model),
+                                              allow_any_host));
   ++genctr_;
   return *subs_.back();
 }

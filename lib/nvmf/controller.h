@@ -163,8 +163,9 @@ class Target {
   Target& operator=(const Target&) = delete;
   const TargetConfig& config() const noexcept { return cfg_; }
 
-  // Throws std::invalid_argument on a duplicate or malformed NQN.
-  Subsystem& add_subsystem(std::string nqn, std::string serial, bool allow_any_host);
+  // Throws std::invalid_argument on a duplicate or malformed NQN. model
+  // empty: the target's.
+  Subsystem& add_subsystem(std::string nqn, std::string serial, bool allow_any_host, std::string model = {});
   Subsystem* subsystem(std::string_view nqn) noexcept;
   Subsystem& discovery() noexcept { return *subs_.front(); }
 
