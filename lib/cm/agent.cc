@@ -150,6 +150,24 @@ struct AgentOps {
 
   static void count(Agent& a, CmCtr c) noexcept { ++a.ctr_[static_cast<size_t>(c)]; }
 
+  // Decodes a received message of kind M and counts it (rx), or counts it bad.
+  template <typename M>
+  static bool take(Agent& a, std::span<const uint8_t> mad, M& m, CmCtr rx) {
+    if (decode(mad, m) != MadError::None) {
+      count(a, CmCtr::RxBad);
+      return false;
+    }
+    count(a, rx);
+    return true;
+  }
+
+  // An event with nothing but its type (the rest comes from the connection).
+  static void emit(Agent& a, Conn& c, EventType t) {
+    Event ev;
+    ev.type = t;
+    emit(a, c, ev);
+  }
+
   // Sends c.mad (already encoded). `wait`: resend it until answered, with
   // the peer's CM response timeout and our max retries.
   static void send_conn_mad(Agent& a, Conn& c, CmCtr what, bool wait) {
@@ -255,8 +273,7 @@ struct AgentOps {
   static void on_req(Agent& a, const wire::Gid& src, const wire::Gid& dst, std::span<const uint8_t> mad,
                      uint64_t tid) {
     Req r;
-    if (decode(mad, r) != MadError::None) return count(a, CmCtr::RxBad);
-    count(a, CmCtr::RxReq);
+    if (!take(a, mad, r, CmCtr::RxReq)) return;
     if (Conn* d = find_by_remote(a, r.local_comm_id, r.local_ca_guid, src)) {
       count(a, CmCtr::RxDup);
       // A repeated REQ: answer with what we sent last (MRA or REP); a REQ for
@@ -348,8 +365,7 @@ struct AgentOps {
 
   static void on_mra(Agent& a, std::span<const uint8_t> mad) {
     Mra m;
-    if (decode(mad, m) != MadError::None) return count(a, CmCtr::RxBad);
-    count(a, CmCtr::RxMra);
+    if (!take(a, mad, m, CmCtr::RxMra)) return;
     Conn* c = find(a, m.remote_comm_id);
     if (!c) return count(a, CmCtr::RxUnknownConn);
     const bool for_req = m.message_mraed == 0 && (c->state == ConnState::ReqSent || c->state == ConnState::MraRcvd);
@@ -365,8 +381,7 @@ struct AgentOps {
 
   static void on_rej(Agent& a, const wire::Gid& src, std::span<const uint8_t> mad) {
     Rej r;
-    if (decode(mad, r) != MadError::None) return count(a, CmCtr::RxBad);
-    count(a, CmCtr::RxRej);
+    if (!take(a, mad, r, CmCtr::RxRej)) return;
     Conn* c = find(a, r.remote_comm_id);
     // A REJ of a REQ from a side that never learnt our comm ID (its REQ was
     // refused before a REP: the active side gave up) names the REQ's ID only.
@@ -400,8 +415,7 @@ struct AgentOps {
 
   static void on_rep(Agent& a, std::span<const uint8_t> mad) {
     Rep r;
-    if (decode(mad, r) != MadError::None) return count(a, CmCtr::RxBad);
-    count(a, CmCtr::RxRep);
+    if (!take(a, mad, r, CmCtr::RxRep)) return;
     Conn* c = find(a, r.remote_comm_id);
     if (!c || c->passive) return count(a, CmCtr::RxUnknownConn);
     if (c->state == ConnState::Established && c->remote_id == r.local_comm_id) {
@@ -444,24 +458,20 @@ struct AgentOps {
 
   static void on_rtu(Agent& a, std::span<const uint8_t> mad) {
     Rtu r;
-    if (decode(mad, r) != MadError::None) return count(a, CmCtr::RxBad);
-    count(a, CmCtr::RxRtu);
+    if (!take(a, mad, r, CmCtr::RxRtu)) return;
     Conn* c = find(a, r.remote_comm_id);
     if (!c || !c->passive || c->remote_id != r.local_comm_id) return count(a, CmCtr::RxUnknownConn);
     if (c->state != ConnState::RepSent) return count(a, CmCtr::RxDup);
     stop_waiting(*c);
     c->state = ConnState::Established;
     count(a, CmCtr::Established);
-    Event ev;
-    ev.type = EventType::Established;
-    emit(a, *c, ev);
+    emit(a, *c, EventType::Established);
   }
 
   static void on_dreq(Agent& a, const wire::Gid& src, const wire::Gid& dst, std::span<const uint8_t> mad,
                       uint64_t tid) {
     Dreq d;
-    if (decode(mad, d) != MadError::None) return count(a, CmCtr::RxBad);
-    count(a, CmCtr::RxDreq);
+    if (!take(a, mad, d, CmCtr::RxDreq)) return;
     Conn* c = find(a, d.remote_comm_id);
     if (!c || c->remote_id != d.local_comm_id) {
       // No such connection (any more): answer DREP so that the peer stops asking.
@@ -478,17 +488,12 @@ struct AgentOps {
       case ConnState::Established:
       case ConnState::RepSent:  // the RTU was lost; the peer is done already
       case ConnState::RepRcvd:
-      case ConnState::DreqSent: {
-        const bool was_dreq_sent = c->state == ConnState::DreqSent;
+      case ConnState::DreqSent:  // both sides disconnect at once
         send_drep(a, *c, tid);
         enter_timewait(a, *c);
         count(a, CmCtr::Disconnected);
-        Event ev;
-        ev.type = EventType::Disconnected;
-        (void)was_dreq_sent;
-        emit(a, *c, ev);
+        emit(a, *c, EventType::Disconnected);
         break;
-      }
       case ConnState::TimeWait:
       case ConnState::Closed:
         // A repeated DREQ: our DREP was lost.
@@ -502,23 +507,19 @@ struct AgentOps {
 
   static void on_drep(Agent& a, std::span<const uint8_t> mad) {
     Drep d;
-    if (decode(mad, d) != MadError::None) return count(a, CmCtr::RxBad);
-    count(a, CmCtr::RxDrep);
+    if (!take(a, mad, d, CmCtr::RxDrep)) return;
     Conn* c = find(a, d.remote_comm_id);
     if (!c || c->remote_id != d.local_comm_id) return count(a, CmCtr::RxUnknownConn);
     if (c->state != ConnState::DreqSent) return count(a, CmCtr::RxDup);
     enter_timewait(a, *c);
     count(a, CmCtr::Disconnected);
-    Event ev;
-    ev.type = EventType::Disconnected;
-    emit(a, *c, ev);
+    emit(a, *c, EventType::Disconnected);
   }
 
   static void on_sidr_req(Agent& a, const wire::Gid& src, const wire::Gid& dst, std::span<const uint8_t> mad,
                           uint64_t tid) {
     SidrReq r;
-    if (decode(mad, r) != MadError::None) return count(a, CmCtr::RxBad);
-    count(a, CmCtr::RxSidrReq);
+    if (!take(a, mad, r, CmCtr::RxSidrReq)) return;
     for (auto& [id, c] : a.conns_)
       if (c->passive && c->kind == QpKind::Ud && c->remote_id == r.request_id && c->remote.ip == src &&
           (c->state == ConnState::SidrReqRcvd || c->state == ConnState::TimeWait)) {
@@ -566,8 +567,7 @@ struct AgentOps {
 
   static void on_sidr_rep(Agent& a, std::span<const uint8_t> mad) {
     SidrRep r;
-    if (decode(mad, r) != MadError::None) return count(a, CmCtr::RxBad);
-    count(a, CmCtr::RxSidrRep);
+    if (!take(a, mad, r, CmCtr::RxSidrRep)) return;
     Conn* c = find(a, r.request_id);
     if (!c || c->passive) return count(a, CmCtr::RxUnknownConn);
     if (c->state != ConnState::SidrReqSent) return count(a, CmCtr::RxDup);
@@ -601,20 +601,12 @@ struct AgentOps {
       case ConnState::ReqSent:
       case ConnState::MraRcvd:
       case ConnState::RepSent:
-      case ConnState::MraSent: {
-        const bool active = !c.passive;
-        send_rej(a, c, RejReason::Timeout, active ? 0 : 1);
-        c.state = ConnState::Closed;
-        Event ev;
-        ev.type = EventType::Unreachable;
-        ev.status = -ETIMEDOUT;
-        const bool orphan = c.orphan;
-        emit(a, c, ev);
-        if (orphan) erase(a, id);
-        break;
-      }
+      case ConnState::MraSent:
       case ConnState::SidrReqSent: {
-        stop_waiting(c);
+        if (c.state == ConnState::SidrReqSent)
+          stop_waiting(c);  // SIDR has no REJ
+        else
+          send_rej(a, c, RejReason::Timeout, c.passive ? 1 : 0);
         c.state = ConnState::Closed;
         Event ev;
         ev.type = EventType::Unreachable;
@@ -627,9 +619,7 @@ struct AgentOps {
       case ConnState::DreqSent: {
         enter_timewait(a, c);
         count(a, CmCtr::Disconnected);
-        Event ev;
-        ev.type = EventType::Disconnected;
-        emit(a, c, ev);
+        emit(a, c, EventType::Disconnected);
         break;
       }
       default:

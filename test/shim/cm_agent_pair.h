@@ -15,6 +15,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "cm/agent.h"
 #include "engine_env.h"
@@ -39,7 +40,10 @@ class AgentPairCm final : public CmBackend {
       cm::AgentConfig c = cfg;
       c.ca_guid = 0x0200000000000100ull + d;
       agents_[d] = std::make_unique<cm::Agent>(c, ports_[d], [this, d](const cm::Event& e) {
-        if (sink_) sink_(d, e);
+        if (hold_)
+          held_.emplace_back(d, e);
+        else if (sink_)
+          sink_(d, e);
       });
     }
     core_ = std::thread([this] { loop(); });
@@ -53,10 +57,21 @@ class AgentPairCm final : public CmBackend {
     core_.join();
   }
 
+  CmBackend* get() { return this; }
   // Drops every MAD sent to dev while set (a peer that went silent).
   void blackhole(uint32_t dev, bool on) {
     std::lock_guard lk(mu_);
     blackhole_[dev] = on;
+  }
+  // While held, events wait here instead of reaching the server (a server
+  // thread that has not routed them yet); released in order.
+  void hold_events(bool on) {
+    std::lock_guard lk(mu_);
+    hold_ = on;
+    if (on) return;
+    for (auto& [d, e] : held_)
+      if (sink_) sink_(d, e);
+    held_.clear();
   }
   std::vector<cm::ConnInfo> connections(uint32_t dev) {
     std::lock_guard lk(mu_);
@@ -184,6 +199,8 @@ class AgentPairCm final : public CmBackend {
   std::condition_variable cv_;
   bool stop_ = false;
   bool blackhole_[2] = {false, false};
+  bool hold_ = false;
+  std::vector<std::pair<uint32_t, cm::Event>> held_;
   std::deque<Mad> wire_;
   Port ports_[2];
   std::unique_ptr<cm::Agent> agents_[2];

@@ -1,7 +1,9 @@
 // The ShimServer's RDMA CM ops (cm_sessions.h) through the protocol, as the
 // drop-in librdmacm calls them: channels and their eventfds, ids, bindings,
 // address resolution, and whole connections (REQ/REP/RTU/DREQ, REJ, SIDR)
-// between two clients over two real cm::Agents (cm_agent_pair.h); bad input
+// between two clients over two real cm::Agents (cm_agent_pair.h) and, for the
+// connection cases, over droced's EngineCmBackend too (QP1 on the test
+// dataplane, the agents on its home core: RealCm); bad input
 // (foreign handles, unbound ids, EADDRINUSE, unknown addresses), quotas, and
 // a client killed mid-connection leaving nothing in the server or the agents.
 #include <arpa/inet.h>
@@ -13,11 +15,15 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstring>
+#include <map>
+#include <random>
 #include <thread>
+#include <tuple>
 
 #include "cm_agent_pair.h"
 #include "engine_env.h"
 #include "shim/client/client.h"
+#include "shim/engine/engine_cm.h"
 #include "shim/server.h"
 
 using namespace droce;
@@ -186,6 +192,32 @@ struct Conn {
     cli.expect(cch, RDMA_CM_EVENT_ADDR_RESOLVED);
     REQUIRE(cli.route(cid) == 0);
     cli.expect(cch, RDMA_CM_EVENT_ROUTE_RESOLVED);
+  }
+};
+
+// The real backend: EngineCmBackend on the test dataplane (QP1 of each port,
+// the Agents on the home core, MADs over the net_ring wire), with the same
+// test timers as AgentPairCm and the same views.
+struct RealCm {
+  EngineCmBackend be{droce::shim::test::dataplane(), droce::shim::test::backend_config(), config()};
+  static EngineCmConfig config() {
+    EngineCmConfig c;
+    c.agent = AgentPairCm::test_config();
+    return c;
+  }
+  CmBackend* get() { return &be; }
+  std::vector<cm::ConnInfo> connections(uint32_t dev) {
+    std::vector<cm::ConnInfo> v;
+    REQUIRE(be.connections(dev, v) == 0);
+    return v;
+  }
+  uint64_t counter(uint32_t dev, cm::CmCtr c) {
+    std::vector<std::pair<std::string, uint64_t>> v;
+    REQUIRE(be.counters(dev, v) == 0);
+    for (auto& [k, val] : v)
+      if (k == cm::ctr_name(c)) return val;
+    FAIL("no counter " << cm::ctr_name(c));
+    return 0;
   }
 };
 
@@ -384,9 +416,9 @@ TEST_CASE("cm: address and route resolution, without blocking other clients", "[
   CHECK(a.quiet(ch, 300));
 }
 
-TEST_CASE("cm: an RC connection through the real agents: REQ/REP/RTU/DREQ, QP attributes", "[shim][cm]") {
-  AgentPairCm cm;
-  Fixture f({}, &cm);
+TEMPLATE_TEST_CASE("cm: an RC connection through the real agents: REQ/REP/RTU/DREQ, QP attributes", "[shim][cm]", AgentPairCm, RealCm) {
+  TestType cm;
+  Fixture f({}, cm.get());
   Conn c(f, 7471);
   // The active side's REQ.
   REQUIRE(c.cli.connect(c.cid, 0x123, "hello") == 0);
@@ -467,9 +499,9 @@ TEST_CASE("cm: an RC connection through the real agents: REQ/REP/RTU/DREQ, QP at
   CHECK(s.cm_events >= 7);
 }
 
-TEST_CASE("cm: reject, and a REQ nobody listens for", "[shim][cm]") {
-  AgentPairCm cm;
-  Fixture f({}, &cm);
+TEMPLATE_TEST_CASE("cm: reject, and a REQ nobody listens for", "[shim][cm]", AgentPairCm, RealCm) {
+  TestType cm;
+  Fixture f({}, cm.get());
   Conn c(f, 7600);
   REQUIRE(c.cli.connect(c.cid, 0x222) == 0);
   CmEventResp req = c.srv.expect(c.sch, RDMA_CM_EVENT_CONNECT_REQUEST);
@@ -517,9 +549,9 @@ TEST_CASE("cm: a silent peer: UNREACHABLE -ETIMEDOUT after the CM retries", "[sh
   CHECK(cm.counter(0, cm::CmCtr::Timeouts) == 1);
 }
 
-TEST_CASE("cm: UD: SIDR_REQ / SIDR_REP through the agents", "[shim][cm]") {
-  AgentPairCm cm;
-  Fixture f({}, &cm);
+TEMPLATE_TEST_CASE("cm: UD: SIDR_REQ / SIDR_REP through the agents", "[shim][cm]", AgentPairCm, RealCm) {
+  TestType cm;
+  Fixture f({}, cm.get());
   Conn c(f, 7800, RDMA_PS_UDP, IBV_QPT_UD);
   CmInitQpAttrResp qa{};
   REQUIRE(c.cli.qp_attr(c.cid, IBV_QPS_INIT, qa) == 0);
@@ -538,9 +570,9 @@ TEST_CASE("cm: UD: SIDR_REQ / SIDR_REP through the agents", "[shim][cm]") {
   CHECK(std::memcmp(est.ah_attr.grh.dgid.raw, wire::gid_from_ipv4(kDevB).data(), 16) == 0);
 }
 
-TEST_CASE("cm: migrate an id with its events; destroy drops unread events; backlog", "[shim][cm]") {
-  AgentPairCm cm;
-  Fixture f({}, &cm);
+TEMPLATE_TEST_CASE("cm: migrate an id with its events; destroy drops unread events; backlog", "[shim][cm]", AgentPairCm, RealCm) {
+  TestType cm;
+  Fixture f({}, cm.get());
   Conn c(f, 7900);
   const uint32_t ch2 = c.srv.channel();
   REQUIRE(c.cli.connect(c.cid, 0x100) == 0);
@@ -590,9 +622,9 @@ TEST_CASE("cm: migrate an id with its events; destroy drops unread events; backl
   c.srv.expect(ch2, RDMA_CM_EVENT_CONNECT_REQUEST);
 }
 
-TEST_CASE("cm: a client killed mid-connection leaves nothing behind", "[shim][cm][cleanup]") {
-  AgentPairCm cm;
-  Fixture f({}, &cm);
+TEMPLATE_TEST_CASE("cm: a client killed mid-connection leaves nothing behind", "[shim][cm][cleanup]", AgentPairCm, RealCm) {
+  TestType cm;
+  Fixture f({}, cm.get());
   {
     // Killed after its REQ was answered by a request on the listener: the
     // agent rejects; the listener's client sees REJECTED on the new id.
@@ -646,4 +678,148 @@ TEST_CASE("cm: a client killed mid-connection leaves nothing behind", "[shim][cm
   // The port is free again.
   CmCl n(f);
   CHECK(n.bind(n.id(n.channel()), addr4(kDevB, 8000)) == 0);
+}
+
+TEST_CASE("cm: events of a request that come before the server took it reach the new id", "[shim][cm]") {
+  AgentPairCm cm;
+  Fixture f({}, &cm);
+  Conn c(f, 8100);
+  // The server has not routed the CONNECT_REQUEST yet when the active side
+  // goes away: the REJ's event carries the listener's cookie (cm_set_user
+  // has not run) and must still find the new id.
+  cm.hold_events(true);
+  REQUIRE(c.cli.connect(c.cid, 0x20) == 0);
+  REQUIRE(eventually([&] {
+    for (auto& ci : cm.connections(1))
+      if (ci.passive) return true;
+    return false;
+  }));
+  c.cli.conn.close();
+  REQUIRE(eventually([&] { return cm.counter(1, cm::CmCtr::RxRej) == 1; }));
+  cm.hold_events(false);
+  CmEventResp req = c.srv.expect(c.sch, RDMA_CM_EVENT_CONNECT_REQUEST);
+  CmEventResp rej = c.srv.expect(c.sch, RDMA_CM_EVENT_REJECTED);
+  CHECK(rej.id == req.id);
+  CHECK(f.server.stats().cm_events_dropped == 0);
+}
+
+TEMPLATE_TEST_CASE("cm: random CM requests from hostile clients: no crash, nothing left behind", "[shim][cm][fuzz]", AgentPairCm, RealCm) {
+  TestType cm;
+  ShimServerConfig sc;
+  sc.resolve_timeout_ms = 50;
+  Fixture f(sc, cm.get());
+  std::mt19937 rng(4242);
+  // Handles: mostly ones the server gave out (to either client), some small numbers.
+  std::vector<uint32_t> given{1};
+  auto small = [&] { return rng() % 4 == 0 ? static_cast<uint32_t>(rng() % 6) : given[rng() % given.size()]; };
+  auto addr = [&] {
+    static const uint32_t ips[] = {0, kDevA, kDevB, 0x0A4D0063, 0x0A4D0062, 0xC0000201};
+    CmAddr a = addr4(ips[rng() % 4 == 0 ? rng() % 6 : 2], static_cast<uint16_t>(9000 + rng() % 2));
+    if (rng() % 10 == 0)
+      for (auto& b : a.bytes) b = static_cast<uint8_t>(rng());
+    return a;
+  };
+  auto param = [&](CmConnParamReq& q) {
+    auto* p = reinterpret_cast<uint8_t*>(&q.param);
+    for (size_t k = 0; k < sizeof(q.param); k++) p[k] = static_cast<uint8_t>(rng());
+    if (rng() % 2) q.param.private_data_len %= 40;
+    q.id = small();
+  };
+  int answered = 0, ok = 0;
+  for (int round = 0; round < 6; round++) {
+    // Two clients at once, so that one's connects can meet the other's listeners.
+    ShimConnection cl[2];
+    std::vector<int> fds;
+    for (auto& c : cl) REQUIRE(c.connect(f.server.socket_path()) == 0);
+    for (int i = 0; i < 800; i++) {
+      ShimConnection& c = cl[rng() % 2];
+      int rc = 0;
+      Empty e;
+      // Weighted toward a connection's life: create, resolve, listen, connect, accept, read events.
+      static const int pick[] = {0, 0, 2, 2, 2, 5, 5, 6, 6, 6, 7, 7, 7, 8, 8, 9, 9, 9, 10, 10, 10, 12, 12,
+                                 15, 15, 15, 15, 15, 1, 3, 4, 11, 13, 14, 16};
+      switch (pick[rng() % std::size(pick)]) {
+        case 0: {
+          HandleResp r{};
+          int fd = -1, n = 0;
+          rc = c.call<Op::CmCreateChannel>({}, r, nullptr, 0, &fd, 1, &n);
+          if (n == 1) fds.push_back(fd);
+          if (rc == 0) given.push_back(r.handle);
+          break;
+        }
+        case 1: rc = c.call<Op::CmDestroyChannel>({small()}, e); break;
+        case 2: {
+          static const uint32_t ps[] = {RDMA_PS_TCP, RDMA_PS_UDP, RDMA_PS_IB, RDMA_PS_IPOIB, 7};
+          static const uint32_t qpt[] = {IBV_QPT_RC, IBV_QPT_UC, IBV_QPT_UD, 99};
+          HandleResp r{};
+          rc = c.call<Op::CmCreateId>({small(), ps[rng() % 5], qpt[rng() % 4], 0}, r);
+          if (rc == 0) given.push_back(r.handle);
+          break;
+        }
+        case 3: rc = c.call<Op::CmDestroyId>({small()}, e); break;
+        case 4: rc = c.call<Op::CmMigrateId>({small(), small()}, e); break;
+        case 5: {
+          CmIdInfo r{};
+          rc = c.call<Op::CmBindAddr>({small(), 0, addr()}, r);
+          break;
+        }
+        case 6: rc = c.call<Op::CmResolveAddr>({small(), static_cast<uint32_t>(rng() % 100),
+                                               rng() % 2 ? CmAddr{} : addr(), addr()}, e); break;
+        case 7: rc = c.call<Op::CmResolveRoute>({small(), 0}, e); break;
+        case 8: rc = c.call<Op::CmListen>({small(), static_cast<uint32_t>(rng() % 4)}, e); break;
+        case 9: {
+          CmConnParamReq q{};
+          param(q);
+          rc = c.call<Op::CmConnect>(q, e);
+          break;
+        }
+        case 10: {
+          CmConnParamReq q{};
+          param(q);
+          rc = c.call<Op::CmAccept>(q, e);
+          break;
+        }
+        case 11: {
+          CmRejectReq q{};
+          q.id = small();
+          q.private_data_len = static_cast<uint32_t>(rng() % 200);
+          rc = c.call<Op::CmReject>(q, e);
+          break;
+        }
+        case 12: rc = c.call<Op::CmEstablish>({small()}, e); break;
+        case 13: rc = c.call<Op::CmDisconnect>({small()}, e); break;
+        case 14: {
+          CmInitQpAttrResp r{};
+          rc = c.call<Op::CmInitQpAttr>({small(), static_cast<uint32_t>(rng() % 6)}, r);
+          break;
+        }
+        case 15: {
+          CmEventResp r{};
+          rc = c.call<Op::CmGetEvent>({small()}, r);
+          if (rc == 0 && r.event == RDMA_CM_EVENT_CONNECT_REQUEST) given.push_back(r.id);
+          break;
+        }
+        default: {
+          CmIdInfo r{};
+          rc = c.call<Op::CmQueryId>({small()}, r);
+          break;
+        }
+      }
+      REQUIRE(rc <= 0);
+      REQUIRE(rc > -4096);
+      answered++;
+      if (rc == 0) ok++;
+    }
+    for (int fd : fds) close(fd);
+    given.assign(1, 1);
+  }
+  INFO("answered " << answered << ", succeeded " << ok << ", events " << f.server.stats().cm_events);
+  CHECK(ok > 100);
+  CHECK(f.server.stats().cm_events > 10);
+  CHECK(eventually([&] {
+    const auto s = f.server.stats();
+    return s.clients == 0 && s.cm_ids == 0 && s.cm_channels == 0 && s.cm_bindings == 0 && s.cm_listeners == 0 &&
+           s.cm_resolving == 0;
+  }));
+  CHECK(eventually([&] { return cm.connections(0).empty() && cm.connections(1).empty(); }));
 }

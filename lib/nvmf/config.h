@@ -1,0 +1,58 @@
+// The [nvmf] section of droce-nvmf's config file (TOML, toml++): target
+// limits, listen addresses, subsystems with host allow-lists and namespaces.
+// Every key is typed and range-checked, unknown keys inside [nvmf] are
+// errors; other top-level tables are left to their own parsers (the embedded
+// node's). Errors throw NvmfConfigError naming the key:
+//     nvmf config: nvmf.subsystem[0].namespace[1].size: 1000 is not a multiple of block_size 512
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "nvmf/controller.h"
+#include "nvmf/namespace.h"
+
+namespace droce::nvmf {
+
+class NvmfConfigError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct NamespaceSpec {
+  NamespaceConfig ns;
+  std::string backend = "ram";  // "ram" or "file"
+  std::string path;             // file only
+};
+
+struct SubsystemSpec {
+  std::string nqn;
+  std::string serial;
+  std::string model;            // empty: the target's
+  bool allow_any_host = false;
+  std::vector<std::string> hosts;
+  std::vector<NamespaceSpec> namespaces;
+};
+
+struct NvmfConfig {
+  TargetConfig target;               // traddr/ipv6 from listen[0]
+  std::vector<std::string> listen;   // IPv4/IPv6 addresses
+  uint16_t cores = 1;
+  std::vector<SubsystemSpec> subsystems;
+};
+
+// Parses TOML text (source names it in messages). Throws NvmfConfigError.
+NvmfConfig parse_nvmf_config(std::string_view text, std::string_view source = "<string>");
+// Sizes: an integer (bytes) or a string "N", "NKiB", "NMiB", "NGiB", "NTiB".
+// False on anything else or on overflow.
+bool parse_size(std::string_view s, uint64_t& bytes) noexcept;
+// "xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" (hex, any case).
+bool parse_uuid(std::string_view s, std::array<uint8_t, 16>& out) noexcept;
+// Creates the subsystems and their RAM namespaces in t. Throws
+// NvmfConfigError for what cannot be built yet (the file backend).
+void build_target(const NvmfConfig& c, Target& t);
+
+}  // namespace droce::nvmf
