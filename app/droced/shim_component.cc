@@ -84,6 +84,7 @@ json ShimComponent::status() const {
     if (cm_ && cm_->counters(d, ctr) == 0) {
       json c = json::object();
       for (auto& [k, v] : ctr) c[k] = v;
+      c["mr_key"] = cm_->mr_key(d);  // QP1's MAD buffers (droce-ctl mrs)
       cm["droce" + std::to_string(d)] = c;
     }
   }
