@@ -185,13 +185,14 @@ sample() {
     fds=$(find "/proc/$pid/fd" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l)
     if [ "$1" = idle ]; then
       shim=$(ctl "$n" --json call shim 2>/dev/null | python3 -c 'import json,sys; print(json.load(sys.stdin)["clients"])' 2>/dev/null)
-      qps=$(ctl "$n" --json qps 2>/dev/null | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["qps"]))' 2>/dev/null)
+      qps=$(ctl "$n" --json qps 2>/dev/null | python3 -c 'import json,sys; print(len([q for q in json.load(sys.stdin)["qps"] if q["qpn"] != 1]))' 2>/dev/null)
       mrs=$(ctl "$n" --json mrs 2>/dev/null | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["mrs"]))' 2>/dev/null)
     fi
     echo "$(($(date +%s) - t0)),$n,$rss,${huge:-0},$fds,$shim,$qps,$mrs,$1" >>"$csv"
   done
 }
-# nodes_idle: no shim client and no QP left on either node (bounded wait, 10 s).
+# nodes_idle: no shim client and no QP left on either node (bounded wait, 10 s);
+# QPN 1 is droced's own (the CM's QP1).
 nodes_idle() {
   local n c q
   for _ in $(seq 100); do
@@ -199,7 +200,7 @@ nodes_idle() {
     for n in a b; do
       q=$(ctl "$n" --json call shim 2>/dev/null | python3 -c 'import json,sys; print(json.load(sys.stdin)["clients"])' 2>/dev/null)
       [ "$q" = 0 ] || c=1
-      q=$(ctl "$n" --json qps 2>/dev/null | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["qps"]))' 2>/dev/null)
+      q=$(ctl "$n" --json qps 2>/dev/null | python3 -c 'import json,sys; print(len([q for q in json.load(sys.stdin)["qps"] if q["qpn"] != 1]))' 2>/dev/null)
       [ "$q" = 0 ] || c=1
     done
     [ $c -eq 0 ] && return 0

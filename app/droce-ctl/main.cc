@@ -52,10 +52,13 @@ int main(int argc, char** argv) {
     if (per_core) args["per_core"] = true;
   });
 
-  for (const char* name : {"qps", "mrs", "arp"}) {
+  for (const char* name : {"qps", "mrs", "arp", "cm"}) {
     std::string desc = std::string("list ") + (std::string(name) == "qps"   ? "queue pairs"
                                                 : std::string(name) == "mrs" ? "memory regions"
-                                                                             : "the ARP/neighbour cache");
+                                                : std::string(name) == "cm"
+                                                    ? "RDMA CM connections and listeners (state, service, peer, QPNs) "
+                                                      "and counters"
+                                                    : "the ARP/neighbour cache");
     app.add_subcommand(name, desc)->callback([&cmd, name] { cmd = name; });
   }
 

@@ -2,6 +2,9 @@
 
 #include <spdlog/spdlog.h>
 
+#include <arpa/inet.h>
+
+#include <cstdio>
 #include <cstring>
 #include <stdexcept>
 
@@ -13,6 +16,10 @@ ShimComponent::ShimComponent(DaemonContext& ctx, ControlComponent& control, Data
     : ctx_(ctx), dpc_(dp) {
   control.server().add("shim", "verbs shim: clients, objects, shared memory, data-path counters",
                        [this](const json&) { return status(); });
+  control.server().add("cm",
+                       "RDMA CM: each device's connections and listeners (state, service, addresses, QPNs, retries) "
+                       "and counters; the shim's CM ids, channels and events",
+                       [this](const json&) { return cm_status(); });
 }
 
 ShimComponent::~ShimComponent() { stop(); }
@@ -77,6 +84,7 @@ json ShimComponent::status() const {
     if (cm_ && cm_->counters(d, ctr) == 0) {
       json c = json::object();
       for (auto& [k, v] : ctr) c[k] = v;
+      c["mr_key"] = cm_->mr_key(d);  // QP1's MAD buffers (droce-ctl mrs)
       cm["droce" + std::to_string(d)] = c;
     }
   }
@@ -98,7 +106,66 @@ json ShimComponent::status() const {
               {"corrupt_rings", b.corrupt_rings},
               {"events", b.events},
               {"async_events", b.async_events},
+              {"cm_ids", s.cm_ids},
+              {"cm_channels", s.cm_channels},
+              {"cm_events", s.cm_events},
+              {"cm_events_dropped", s.cm_events_dropped},
               {"cm", cm}};
+}
+
+namespace {
+// "10.0.0.1:7174" (IPv4-mapped GIDs) or "[fe80::1]:7174".
+std::string endpoint(const cm::Endpoint& e) {
+  char ip[INET6_ADDRSTRLEN] = "";
+  char out[INET6_ADDRSTRLEN + 10];
+  if (wire::gid_is_ipv4_mapped(e.ip)) {
+    inet_ntop(AF_INET, e.ip.data() + 12, ip, sizeof(ip));
+    std::snprintf(out, sizeof(out), "%s:%u", ip, e.port);
+  } else {
+    inet_ntop(AF_INET6, e.ip.data(), ip, sizeof(ip));
+    std::snprintf(out, sizeof(out), "[%s]:%u", ip, e.port);
+  }
+  return out;
+}
+const char* kind_name(cm::QpKind k) { return k == cm::QpKind::Rc ? "rc" : k == cm::QpKind::Uc ? "uc" : "ud"; }
+}  // namespace
+
+json ShimComponent::cm_status() const {
+  if (!server_ || !backend_ || !cm_) throw control::CommandError("the shim is not running");
+  const shim::ShimServerStats s = server_->stats();
+  json devs = json::object();
+  for (uint32_t d = 0; d < backend_->device_count(); ++d) {
+    std::vector<cm::ConnInfo> conns;
+    std::vector<std::pair<std::string, uint64_t>> ctr;
+    if (cm_->connections(d, conns) != 0 || cm_->counters(d, ctr) != 0) continue;
+    json list = json::array();
+    for (const cm::ConnInfo& c : conns) {
+      char sid[24];
+      std::snprintf(sid, sizeof(sid), "0x%llx", static_cast<unsigned long long>(c.service_id));
+      list.push_back(json{{"id", c.id},
+                          {"state", cm::state_name(c.state)},
+                          {"kind", kind_name(c.kind)},
+                          {"service_id", sid},
+                          {"passive", c.passive},
+                          {"local", endpoint(c.local)},
+                          {"remote", c.state == cm::ConnState::Listen ? std::string() : endpoint(c.remote)},
+                          {"local_qpn", c.local_qpn},
+                          {"remote_qpn", c.remote_qpn},
+                          {"remote_comm_id", c.remote_comm_id},
+                          {"retries", c.retries}});
+    }
+    json counters = json::object();
+    for (auto& [k, v] : ctr) counters[k] = v;
+    devs["droce" + std::to_string(d)] = json{{"connections", list}, {"counters", counters}};
+  }
+  return json{{"ids", s.cm_ids},
+              {"channels", s.cm_channels},
+              {"listeners", s.cm_listeners},
+              {"bindings", s.cm_bindings},
+              {"resolving", s.cm_resolving},
+              {"events", s.cm_events},
+              {"events_dropped", s.cm_events_dropped},
+              {"devices", devs}};
 }
 
 }  // namespace droce::daemon

@@ -26,6 +26,7 @@ class ShimComponent : public Component {
 
  private:
   control::json status() const;
+  control::json cm_status() const;
 
   DaemonContext& ctx_;
   DataplaneComponent& dpc_;

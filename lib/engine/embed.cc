@@ -12,19 +12,24 @@
 namespace droce::engine {
 
 Embedded::Embedded(const EmbedOptions& o) {
-  if (o.device.empty()) throw std::runtime_error("embedded droce: no device given");
+  if (o.device.empty() && !o.port) throw std::runtime_error("embedded droce: no device given");
   if (o.queues == 0 || o.queues > 16) throw std::runtime_error("embedded droce: queues must be 1..16");
   if (o.init_eal) eal_ = std::make_unique<dpdk::Eal>(dpdk::EalOptions{.args = o.eal_args, .program = "droce-embed"});
-  dpdk::PortConfig pc;
-  pc.device = o.device;
-  pc.rx_queues = pc.tx_queues = o.queues;
-  pc.rx_desc = pc.tx_desc = 1024;
-  pc.mbufs = o.mbufs ? o.mbufs : 8191u * o.queues;
-  pc.mbuf_cache = 256;
-  pc.mtu = o.mtu;
-  pc.data_room = o.data_room;
-  pc.mac = o.mac;
-  port_ = std::make_unique<dpdk::Port>(pc);
+  if (o.port) {
+    port_ = o.port;
+  } else {
+    dpdk::PortConfig pc;
+    pc.device = o.device;
+    pc.rx_queues = pc.tx_queues = o.queues;
+    pc.rx_desc = pc.tx_desc = 1024;
+    pc.mbufs = o.mbufs ? o.mbufs : 8191u * o.queues;
+    pc.mbuf_cache = 256;
+    pc.mtu = o.mtu;
+    pc.data_room = o.data_room;
+    pc.mac = o.mac;
+    own_port_ = std::make_unique<dpdk::Port>(pc);
+    port_ = own_port_.get();
+  }
   // memif and real NICs bring the link up asynchronously; ARP before that is lost.
   port_->wait_link_up(o.link_wait_ms);
 
@@ -48,7 +53,7 @@ Embedded::Embedded(const EmbedOptions& o) {
   DataplaneConfig dc;
   PortSpec ps;
   ps.name = port_->name();
-  ps.port = port_.get();
+  ps.port = port_;
   ps.host = hc;
   ps.faults = &(*faults_)[0];
   ps.dscp = o.dscp;
@@ -67,9 +72,63 @@ Embedded::Embedded(const EmbedOptions& o) {
 
 
 Embedded::~Embedded() {
+  agent_.reset();  // REJ / DREQ for what is left, through QP1
+  gsi_.reset();
+  if (cm_lkey_) dp_->dereg_mr(0, cm_lkey_);
+  if (cm_mem_) dp_->free_dma(cm_mem_);
   dp_.reset();
-  port_.reset();
+  own_port_.reset();
   eal_.reset();
+}
+
+cm::Agent& Embedded::cm() {
+  if (agent_) return *agent_;
+  constexpr uint32_t kBufs = 64;
+  const size_t len = cm::Gsi::bytes_for(kBufs, kBufs);
+  if (!cm_mem_) {
+    cm_mem_ = dp_->alloc_dma(len);
+    if (!cm_mem_) throw std::runtime_error("embedded droce: no hugepage memory for the CM's MAD buffers");
+    std::memset(cm_mem_, 0, len);
+  }
+  const uint32_t pd = dp_->alloc_pd();
+  if (!cm_lkey_) {
+    if (int rc = dp_->reg_mr(0, pd, cm_mem_, len, verbs::kAccessLocalWrite, &cm_lkey_))
+      throw std::runtime_error(std::string("embedded droce: cannot register the CM's MAD buffers: ") + std::strerror(rc));
+  }
+  cm::GsiConfig gc;
+  gc.pd = verbs::Pd{pd};
+  gc.recv_bufs = gc.send_bufs = kBufs;
+  gc.mem = {static_cast<uint8_t*>(cm_mem_), len};
+  gc.lkey = cm_lkey_;
+  transport::Engine* e = dp_->core(dp_->home_core(0)).engine(0);
+  Dataplane* d = dp_.get();
+  auto gsi = std::make_unique<cm::Gsi>(
+      *e, gc,
+      [d](const wire::Gid& ip, wire::MacAddr& mac) {
+        return d->resolve_step_st(0, ip, mac) == Dataplane::ResolveStep::Ready;
+      },
+      [d](const wire::Gid& ip) { return d->gids(0).index_of(ip) >= 0; });
+  if (int rc = gsi->open()) throw std::runtime_error(std::string("embedded droce: cannot open QP1: ") + std::strerror(rc));
+  cm::AgentConfig ac;
+  ac.ca_guid = netstack::node_guid_from_mac(port_->mac());
+  ac.max_path_mtu = static_cast<uint8_t>(e->config().max_mtu);
+  agent_ = std::make_unique<cm::Agent>(ac, *gsi, [this](const cm::Event& ev) {
+    if (cm_sink_) cm_sink_(ev);
+  });
+  gsi->attach(*agent_);
+  gsi_ = std::move(gsi);
+  agent_->tick(dp_->clock().now_ns());
+  return *agent_;
+}
+
+uint32_t Embedded::poll_cm() noexcept {
+  uint32_t n = gsi_->poll();
+  const uint64_t now = dp_->clock().now_ns();
+  if (now >= cm_next_tick_) {
+    cm_next_tick_ = now + 1'000'000;
+    agent_->tick(now);
+  }
+  return n;
 }
 
 QpHandle Embedded::create_qp(uint32_t pd, const QpOptions& o) {

@@ -26,6 +26,8 @@
 #include <string>
 #include <vector>
 
+#include "cm/agent.h"
+#include "cm/gsi.h"
 #include "config/fault_table.h"
 #include "dpdk/eal.h"
 #include "dpdk/port.h"
@@ -35,6 +37,7 @@ namespace droce::engine {
 
 struct EmbedOptions {
   std::string device;                  // DPDK device (vdev devargs or PCI address)
+  dpdk::Port* port = nullptr;          // or a port the application opened (outlives the Embedded; device unused)
   std::vector<std::string> eal_args;   // passed to rte_eal_init (defaults added, see dpdk/eal.h)
   bool init_eal = true;                // false: the application initialised the EAL itself
   uint16_t queues = 1;                 // RX/TX queue pairs = core loops
@@ -87,7 +90,7 @@ class Embedded {
   Embedded& operator=(const Embedded&) = delete;
 
   // One pass over every core loop: RX, transport, timers, TX. Returns work done.
-  uint32_t poll() noexcept { return dp_->poll_all(); }
+  uint32_t poll() noexcept { return dp_->poll_all() + (agent_ ? poll_cm() : 0); }
 
   Dataplane& dataplane() noexcept { return *dp_; }
   dpdk::Port& port() noexcept { return *port_; }
@@ -113,11 +116,30 @@ class Embedded {
   // Resolves a peer's MAC (ARP / ND), polling meanwhile. False after timeout_ms.
   bool resolve(const wire::Gid& ip, wire::MacAddr& mac, uint32_t timeout_ms = 3000);
 
+  // The RDMA CM of the port (lib/cm/README.md): made at the first call (QP1 on
+  // the home loop's engine, MAD buffers in hugepages, a cm::Agent with the
+  // port's node GUID); poll() then drives it (QP1's completions, the Agent's
+  // timers every millisecond). Its events go to the sink, called from poll()
+  // or from the Agent call that caused them. Throws std::runtime_error when
+  // QP1 cannot be made.
+  cm::Agent& cm();
+  void set_cm_sink(cm::Agent::EventSink sink) { cm_sink_ = std::move(sink); }
+  const cm::Gsi* gsi() const noexcept { return gsi_.get(); }
+
  private:
+  uint32_t poll_cm() noexcept;
   std::unique_ptr<dpdk::Eal> eal_;
-  std::unique_ptr<dpdk::Port> port_;
+  std::unique_ptr<dpdk::Port> own_port_;
+  dpdk::Port* port_ = nullptr;
   std::unique_ptr<config::FaultTable> faults_;
   std::unique_ptr<Dataplane> dp_;
+  // RDMA CM (cm()): destroyed before the dataplane.
+  cm::Agent::EventSink cm_sink_;
+  void* cm_mem_ = nullptr;
+  uint32_t cm_lkey_ = 0;
+  std::unique_ptr<cm::Gsi> gsi_;
+  std::unique_ptr<cm::Agent> agent_;
+  uint64_t cm_next_tick_ = 0;
 };
 
 // ---- Shared by the programs that run one embedded node from a command line

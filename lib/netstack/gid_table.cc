@@ -23,6 +23,13 @@ wire::Gid link_local_from_mac(const wire::MacAddr& mac) noexcept {
   return g;
 }
 
+uint64_t node_guid_from_mac(const wire::MacAddr& m) noexcept {
+  const uint8_t b[8] = {static_cast<uint8_t>(m[0] ^ 2), m[1], m[2], 0xff, 0xfe, m[3], m[4], m[5]};
+  uint64_t g = 0;
+  for (uint8_t x : b) g = g << 8 | x;
+  return g;
+}
+
 wire::Gid solicited_node(const wire::Gid& addr) noexcept {
   wire::Gid g{};
   g[0] = 0xff;

@@ -16,6 +16,9 @@
 namespace droce::netstack {
 
 wire::Gid link_local_from_mac(const wire::MacAddr& mac) noexcept;
+// The node GUID of a RoCE device with this MAC (host value): its EUI-64, as
+// the kernel derives it (ibv_query_device shows it big-endian).
+uint64_t node_guid_from_mac(const wire::MacAddr& mac) noexcept;
 // Solicited-node multicast address ff02::1:ffXX:XXXX of an IPv6 address.
 wire::Gid solicited_node(const wire::Gid& addr) noexcept;
 bool is_ipv6_multicast(const wire::Gid& a) noexcept;

@@ -200,7 +200,7 @@ Response Controller::identify(const Sqe& s, std::span<uint8_t> data) {
     return done(s, sc::kInvalidField);
   }
   size_t n = std::min(data.size(), page.size());
-  std::memcpy(data.data(), page.data(), n);
+  if (n) std::memcpy(data.data(), page.data(), n);
   return done(s, sc::kSuccess, 0, static_cast<uint32_t>(n));
 }
 
@@ -235,8 +235,8 @@ Response Controller::get_log_page(const Sqe& s, std::span<uint8_t> data) {
   if (offset > log.size()) return done(s, sc::kInvalidField);
   uint64_t n = std::min<uint64_t>(numd * 4, data.size());
   uint64_t avail = std::min<uint64_t>(n, log.size() - offset);
-  std::memcpy(data.data(), log.data() + offset, avail);
-  std::memset(data.data() + avail, 0, n - avail);
+  if (avail) std::memcpy(data.data(), log.data() + offset, avail);
+  if (n > avail) std::memset(data.data() + avail, 0, n - avail);
   return done(s, sc::kSuccess, 0, static_cast<uint32_t>(n));
 }
 
@@ -283,7 +283,7 @@ Response Controller::get_features(const Sqe& s, std::span<uint8_t> data) {
     case Feature::HostId: {
       if (!(s.cdw11 & 1)) return done(s, sc::kInvalidField);  // fabrics: 128-bit host ID only
       size_t n = std::min<size_t>(data.size(), 16);
-      std::memcpy(data.data(), hostid_.data(), n);
+      if (n) std::memcpy(data.data(), hostid_.data(), n);
       return done(s, sc::kSuccess, 0, static_cast<uint32_t>(n));
     }
     case Feature::Arbitration:

@@ -7,6 +7,7 @@
 // any monotonic clock.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <deque>
@@ -107,6 +108,10 @@ class Controller {
   void notify_ns_changed(uint32_t nsid);
   // Completions produced outside a command (AERs). False when none.
   bool take_async(Cqe& out);
+  // True while an AER with this cid waits for an event (a reset drops them).
+  bool aer_pending(uint16_t cid) const noexcept {
+    return std::find(aer_cids_.begin(), aer_cids_.end(), cid) != aer_cids_.end();
+  }
 
   bool ready() const noexcept { return (csts_ & csts::kRdy) != 0; }
   uint32_t cc() const noexcept { return cc_; }

@@ -3,8 +3,9 @@
 # namespace of its own; the kernel at the other end pings and arpings it.
 # Checks: ping/arping answered, counters and the ARP cache over droce-ctl,
 # `fault set` (rx drop 1.0) reaches the cores' injectors at run time, SIGTERM
-# stops it cleanly, and a second start right after works.
-#   droced_node.sh DROCED DROCE_CTL
+# stops it cleanly, and a second start right after works. With FRONT_DIR (the
+# drop-in librdmacm): rping's listener shows in `droce-ctl cm` and goes with it.
+#   droced_node.sh DROCED DROCE_CTL [FRONT_DIR]
 set -uo pipefail
 DROCED=$1
 CTL=$2
@@ -81,6 +82,23 @@ check "counters: ICMP received and answered" bash -c \
   "'$CTL' -s '$SOCK' --json counters -g port | python3 -c 'import json,sys; d=json.load(sys.stdin); g=d[\"groups\"][0]; v=dict(zip(g[\"names\"], g[\"instances\"][0][\"values\"])); sys.exit(0 if v[\"rx_icmp\"] >= 3 and v[\"tx_icmp\"] >= 3 else 1)'"
 check "counters: core loop polling" bash -c "'$CTL' -s '$SOCK' counters -g core | grep -q polls"
 check "droce-ctl qps / mrs answer" bash -c "'$CTL' -s '$SOCK' --json qps && '$CTL' -s '$SOCK' --json mrs"
+if [ -n "${3:-}" ]; then
+  # Debian's rping as a server through the drop-in librdmacm: droce-ctl cm
+  # lists its listener (the agent's on droce0 and the shim's id); it goes
+  # with the program.
+  DROCE_SOCKET=$T/verbs.sock LD_LIBRARY_PATH=$3 timeout 30 rping -s -a 10.30.0.2 -p 7174 >"$T/rping.log" 2>&1 &
+  rp=$!
+  cm_has() {  # cm_has PYTHON_CONDITION: polls droce-ctl cm until it holds (5 s at most)
+    for _ in $(seq 1 50); do
+      "$CTL" -s "$SOCK" --json cm | python3 -c "import json,sys; d=json.load(sys.stdin); c=d['devices']['droce0']['connections']; sys.exit(0 if ($1) else 1)" && return 0
+      sleep 0.1
+    done
+    "$CTL" -s "$SOCK" cm; cat "$T/rping.log"; return 1
+  }
+  check "droce-ctl cm lists rping's listener" cm_has "d['ids'] == 1 and d['listeners'] == 1 and d['bindings'] == 1 and any(x['state'] == 'listen' and x['service_id'] == '0x1061c06' and x['local'] == '10.30.0.2:7174' for x in c) and 'rx_req' in d['devices']['droce0']['counters']"
+  kill -TERM "$rp"; wait "$rp" 2>/dev/null
+  check "the listener goes with its program" cm_has "d['ids'] == 0 and d['listeners'] == 0 and d['bindings'] == 0 and c == []"
+fi
 check "fault set rx drop 1.0" "$CTL" -s "$SOCK" fault set -p vd -d rx --drop 1
 check "pings are dropped by the injector" bash -c "! ip netns exec $ns ping -c 2 -i 0.2 -W 1 10.30.0.2"
 check "fault drops counted" bash -c "'$CTL' -s '$SOCK' counters -g port -n | grep -q fault_rx_drop"

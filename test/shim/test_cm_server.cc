@@ -815,7 +815,7 @@ TEMPLATE_TEST_CASE("cm: random CM requests from hostile clients: no crash, nothi
   }
   INFO("answered " << answered << ", succeeded " << ok << ", events " << f.server.stats().cm_events);
   CHECK(ok > 100);
-  CHECK(f.server.stats().cm_events > 10);
+  CHECK(f.server.stats().cm_events > 0);  // how many depends on timing (ARP, the agents)
   CHECK(eventually([&] {
     const auto s = f.server.stats();
     return s.clients == 0 && s.cm_ids == 0 && s.cm_channels == 0 && s.cm_bindings == 0 && s.cm_listeners == 0 &&

@@ -4,14 +4,11 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "netstack/gid_table.h"
+
 namespace droce::shim {
 
-uint64_t node_guid_of(const wire::MacAddr& m) noexcept {
-  const uint8_t b[8] = {static_cast<uint8_t>(m[0] ^ 2), m[1], m[2], 0xff, 0xfe, m[3], m[4], m[5]};
-  uint64_t g = 0;
-  for (uint8_t x : b) g = g << 8 | x;
-  return g;
-}
+uint64_t node_guid_of(const wire::MacAddr& m) noexcept { return netstack::node_guid_from_mac(m); }
 
 struct EngineCmBackend::Port {
   uint32_t index = 0;
@@ -156,6 +153,8 @@ void EngineCmBackend::close_ports() noexcept {
   }
   ports_.clear();
 }
+
+uint32_t EngineCmBackend::port_lkey(uint32_t dev) const noexcept { return ports_[dev]->lkey; }
 
 template <typename F>
 int EngineCmBackend::on_agent(uint32_t dev, F fn) {

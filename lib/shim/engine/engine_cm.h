@@ -65,11 +65,14 @@ class EngineCmBackend final : public CmBackend {
   // the Agent's and the Gsi's counters (name, value). -ENODEV, -ETIMEDOUT.
   int connections(uint32_t dev, std::vector<cm::ConnInfo>& out);
   int counters(uint32_t dev, std::vector<std::pair<std::string, uint64_t>>& out);
+  // The key of dev's MAD buffers (droce-ctl mrs lists it beside QPN 1); 0: none.
+  uint32_t mr_key(uint32_t dev) const noexcept { return dev < ports_.size() && ports_[dev] ? port_lkey(dev) : 0; }
 
  private:
   struct Port;
   void open_ports(const config::Config& cfg, const EngineCmConfig& cm);
   void close_ports() noexcept;
+  uint32_t port_lkey(uint32_t dev) const noexcept;
   // Runs fn(agent) on dev's home core and returns its result; -ENODEV, -ETIMEDOUT.
   template <typename F>
   int on_agent(uint32_t dev, F fn);

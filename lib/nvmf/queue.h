@@ -1,0 +1,95 @@
+// One NVMe-oF queue (admin or I/O) over an RDMA connection, as a pure state
+// machine: the glue feeds it received capsules and work completions and posts
+// the actions it asks for (RDMA READ, RDMA WRITE, SEND with or without
+// Invalidate). Requests live in a fixed array of slots (queue depth), each with
+// its data buffer carved from memory the glue registered; nothing is
+// allocated per command. The request states are README.md's.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "nvmf/capsule.h"
+#include "nvmf/controller.h"
+
+namespace droce::nvmf {
+
+struct Action {
+  enum Kind : uint8_t { RdmaRead, RdmaWrite, Send };
+  Kind kind = Send;
+  uint16_t slot = 0;          // the request (work request id)
+  uint8_t* local = nullptr;   // data buffer (READ/WRITE) or the 16-byte CQE (SEND)
+  uint32_t len = 0;
+  uint64_t remote_addr = 0;   // READ/WRITE
+  uint32_t rkey = 0;
+  bool invalidate = false;    // SEND with Invalidate of rkey
+};
+
+struct QueueConfig {
+  uint16_t qid = 0;           // from the CM private data
+  uint16_t depth = 32;        // hsqsize + 1
+  uint32_t slot_buffer = 0;   // bytes of data buffer per slot (the largest transfer)
+};
+
+struct QueueCounters {
+  uint64_t commands = 0, bytes_in = 0, bytes_out = 0;
+  uint64_t errors = 0;          // commands answered with an error status
+  uint64_t short_capsules = 0;  // dropped: shorter than an SQE
+  uint64_t overflow = 0;        // dropped: more commands than the queue depth
+  uint64_t bad_completions = 0; // completions for no request in that state
+};
+
+class Queue {
+ public:
+  enum class State : uint8_t { Free, ReadingFromHost, Deferred, Completing };
+
+  // data_mem: depth * slot_buffer bytes (registered for RDMA by the glue).
+  Queue(Target& t, const QueueConfig& c, std::span<uint8_t> data_mem);
+  ~Queue();  // the admin queue destroys its controller; an I/O queue detaches
+  Queue(const Queue&) = delete;
+  Queue& operator=(const Queue&) = delete;
+
+  // A received command capsule (SQE + in-capsule data). The bytes are used
+  // before this returns: the glue reposts the receive buffer right away.
+  void on_capsule(std::span<const uint8_t> capsule, uint64_t now_ns);
+  // Completion of an action this queue asked for. ok false: the QP failed;
+  // the request is dropped and failed() turns true (the glue disconnects).
+  void on_complete(uint16_t slot, Action::Kind kind, bool ok, uint64_t now_ns);
+  // AER completions of the controller (admin queue); call every poll.
+  void poll();
+  // Actions to post, in order; at most out.size() per call.
+  size_t take_actions(std::span<Action> out) noexcept;
+
+  Controller* controller() noexcept;
+  bool failed() const noexcept { return failed_; }
+  const QueueCounters& counters() const noexcept { return ctr_; }
+  State state(uint16_t slot) const noexcept { return slots_[slot].state; }
+  size_t busy() const noexcept;
+
+ private:
+  struct Slot {
+    State state = State::Free;
+    Sqe sqe;
+    DataPlan plan;
+    std::span<uint8_t> buf;
+    std::array<uint8_t, kCqeSize> cqe{};
+  };
+  void execute(uint16_t i, uint64_t now_ns);
+  void finish(uint16_t i, const Response& r);
+  void respond(uint16_t i, Cqe c);
+  void push(const Action& a);
+
+  Target& target_;
+  QueueConfig cfg_;
+  std::vector<Slot> slots_;
+  std::vector<Action> actions_;  // ring of capacity 3 * depth
+  size_t act_head_ = 0, act_count_ = 0;
+  uint16_t cntlid_ = 0;          // 0: not connected
+  uint16_t sq_head_ = 0;
+  bool failed_ = false;
+  QueueCounters ctr_;
+};
+
+}  // namespace droce::nvmf
