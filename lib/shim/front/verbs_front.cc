@@ -1001,14 +1001,30 @@ DROCE_EXPORT int ibv_init_ah_from_wc(ibv_context* c, uint8_t port, ibv_wc* wc, i
   ah->sl = wc->sl;
   ah->port_num = port;
   ah->is_global = 1;
-  ah->grh.dgid = grh->sgid;
-  ah->grh.flow_label = ntohl(grh->version_tclass_flow) & 0xfffff;
-  ah->grh.traffic_class = static_cast<uint8_t>((ntohl(grh->version_tclass_flow) >> 20) & 0xff);
   ah->grh.hop_limit = 0xff;
+  // RoCE v2 receives carry the packet's IP header in the 40 bytes: an IPv6
+  // header as is, an IPv4 header in the last 20 (as rxe and mlx5 put it).
+  const auto* raw = reinterpret_cast<const uint8_t*>(grh);
+  ibv_gid ours{};
+  if ((raw[0] >> 4) == 6) {
+    ah->grh.dgid = grh->sgid;
+    ah->grh.flow_label = ntohl(grh->version_tclass_flow) & 0xfffff;
+    ah->grh.traffic_class = static_cast<uint8_t>((ntohl(grh->version_tclass_flow) >> 20) & 0xff);
+    ours = grh->dgid;
+  } else if (raw[20] == 0x45) {  // IPv4, no options: ::ffff:a.b.c.d GIDs
+    ah->grh.dgid.raw[10] = ah->grh.dgid.raw[11] = 0xff;
+    std::memcpy(ah->grh.dgid.raw + 12, raw + 20 + 12, 4);  // the source address
+    ours.raw[10] = ours.raw[11] = 0xff;
+    std::memcpy(ours.raw + 12, raw + 20 + 16, 4);  // the destination address
+    ah->grh.traffic_class = raw[21];
+  } else {
+    errno = EINVAL;
+    return -1;
+  }
   GidTableResp t{};
   if (gid_table(c, port, t) == 0) {
     for (uint32_t i = 0; i < t.count; i++)
-      if (std::memcmp(t.entry[i].gid.raw, grh->dgid.raw, 16) == 0) ah->grh.sgid_index = static_cast<uint8_t>(t.entry[i].gid_index);
+      if (std::memcmp(t.entry[i].gid.raw, ours.raw, 16) == 0) ah->grh.sgid_index = static_cast<uint8_t>(t.entry[i].gid_index);
   }
   return 0;
 }

@@ -1,0 +1,158 @@
+#!/usr/bin/env bash
+# Debian's unmodified rdmacm-utils between two droced nodes through the
+# drop-in librdmacm (lib/shim/front/rdmacm): the server program uses node a's
+# droced, the client node b's; the CM MADs and the data cross the veth pair.
+#   rping -v -V -C 20 (data checked by both ends), ucmatose (RC, send/recv),
+#   udaddy (UD, SIDR), rdma_server/rdma_client (synchronous API, rdma_create_ep),
+#   perftest -R (ib_write_bw, ib_send_bw -c UD, ib_read_lat);
+# and first the library's behaviour against a live droced with no CM peer
+# (rdmacm_check droced); last, nothing left in either droced.
+#   cm_pair.sh DROCED DROCE_CTL FRONT_DIR RDMACM_CHECK
+set -uo pipefail
+DROCED=$1
+CTL=$2
+FRONT=$3
+CHECK=$4
+here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=../lib/droced_pair.sh
+. "$here/../lib/droced_pair.sh"
+T=$(mktemp -d /tmp/droce-cm-pair-XXXXXX)
+NET=10.62.0
+A=$NET.1
+pass=0
+fail=0
+ok() { echo "ok   $*"; pass=$((pass + 1)); }
+bad() { echo "FAIL $*"; fail=$((fail + 1)); }
+cleanup() {
+  droced_pair_down
+  rm -rf "$T"
+}
+trap cleanup EXIT INT TERM
+
+# Every program here (droced_pair_up's ibv_devinfo included) uses the fronts.
+export LD_LIBRARY_PATH=$FRONT${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+DROCED_PAIR_TIMEOUT=300 droced_pair_up cm "$NET" "$T" "$DROCED"
+rc=$?
+[ "$rc" -eq 77 ] && { echo "SKIP: cannot create network namespaces"; exit 77; }
+[ "$rc" -ne 0 ] && { echo "FAIL droced nodes did not start"; exit 1; }
+
+# on NODE SECS CMD...: CMD in the kernel namespace through node NODE's droced.
+on() {
+  local node=$1 secs=$2
+  shift 2
+  DROCE_SOCKET=$T/$node-verbs.sock \
+    ip netns exec "$DP_K" timeout -k 5 "$secs" \
+    ${DROCE_TEST_PRELOAD:+env LD_PRELOAD="$DROCE_TEST_PRELOAD" ASAN_OPTIONS=detect_leaks=0} "$@"
+}
+
+# The library against a live droced, no peer.
+if out=$(on a 60 "$CHECK" droced "$A" "$NET.77" "$NET.2" 2>&1); then
+  ok "rdmacm_check against droced ($(echo "$out" | tail -n 1))"
+else
+  bad "rdmacm_check against droced:"
+  echo "$out" | grep -v '^ok ' | sed 's/^/       /'
+fi
+
+# pair NAME SERVER... -- CLIENT...: the server through node a, the client
+# through node b. The servers print nothing once they listen (and droced
+# does not count listeners in its status), so the client is retried
+# (bounded) while its connection is refused (REJ, or for UD a SIDR_REP
+# "no listener": UNREACHABLE) and the server still runs. A refused connection
+# never reaches the server program, so each client makes one connection.
+# Outputs in $T/NAME.{s,c}; sets src/crc.
+pair() {
+  local name=$1 srv=() cli=()
+  shift
+  while [ "$1" != -- ]; do srv+=("$1"); shift; done
+  shift
+  cli=("$@")
+  on a 90 "${srv[@]}" >"$T/$name.s" 2>&1 &
+  local sp=$!
+  crc=1
+  for _ in $(seq 50); do
+    on b 60 "${cli[@]}" >"$T/$name.c" 2>&1
+    crc=$?
+    [ "$crc" -eq 0 ] && break
+    grep -qiE 'reject|refused|unreachable|CM event bl blka [78]$' "$T/$name.c" || break
+    kill -0 "$sp" 2>/dev/null || break
+    sleep 0.1
+  done
+  if [ "$crc" -ne 0 ]; then kill -TERM "$sp" 2>/dev/null; fi
+  wait "$sp"
+  src=$?
+}
+show() {  # show NAME: the tails of both outputs
+  echo "       --- server"; tail -n 8 "$T/$1.s" | sed 's/^/       /'
+  echo "       --- client"; tail -n 8 "$T/$1.c" | sed 's/^/       /'
+}
+
+# rping: 20 RDMA READ/WRITE ping-pongs with the payload checked (-V) by the
+# client; the server prints what it read.
+pair rping rping -s -a "$A" -p 17174 -v -V -C 20 -- rping -c -a "$A" -p 17174 -v -V -C 20
+nc=$(grep -c '^ping data: ' "$T/rping.c")
+ns=$(grep -c '^server ping data: ' "$T/rping.s")
+if [ "$crc" -eq 0 ] && [ "$src" -eq 0 ] && [ "$nc" -eq 20 ] && [ "$ns" -ge 20 ] && ! grep -q 'mismatch' "$T/rping.c"; then
+  ok "rping -v -V -C 20: 20 pings, data checked (server saw $ns)"
+else
+  bad "rping: client rc $crc ($nc pings), server rc $src ($ns)"; show rping
+fi
+
+# ucmatose: RC connections, SENDs both ways, disconnect.
+pair ucmatose ucmatose -b "$A" -p 17175 -c 1 -C 20 -- ucmatose -s "$A" -p 17175 -c 1 -C 20
+if [ "$crc" -eq 0 ] && [ "$src" -eq 0 ] && grep -q 'test complete' "$T/ucmatose.c" && grep -q 'test complete' "$T/ucmatose.s"; then
+  ok "ucmatose -C 20"
+else
+  bad "ucmatose: client rc $crc, server rc $src"; show ucmatose
+fi
+
+# udaddy: UD (SIDR_REQ/SIDR_REP), messages through AHs both ways.
+pair udaddy udaddy -b "$A" -c 1 -C 20 -- udaddy -s "$A" -c 1 -C 20
+if [ "$crc" -eq 0 ] && [ "$src" -eq 0 ] && grep -q 'test complete' "$T/udaddy.c" && grep -q 'test complete' "$T/udaddy.s"; then
+  ok "udaddy -C 20"
+else
+  bad "udaddy: client rc $crc, server rc $src"; show udaddy
+fi
+
+# rdma_server / rdma_client: rdma_getaddrinfo, rdma_create_ep, synchronous ids.
+pair rdma_sc rdma_server -s "$A" -p 17177 -- rdma_client -s "$A" -p 17177
+if [ "$crc" -eq 0 ] && [ "$src" -eq 0 ] && grep -q 'rdma_client: end 0' "$T/rdma_sc.c" && grep -q 'rdma_server: end 0' "$T/rdma_sc.s"; then
+  ok "rdma_server / rdma_client"
+else
+  bad "rdma_server/rdma_client: client rc $crc, server rc $src"; show rdma_sc
+fi
+
+# perftest over the CM (-R): RC WRITE bandwidth, UD SEND, READ latency.
+perf() {  # perf NAME DESCRIPTION ARGS...
+  local name=$1 what=$2
+  shift 2
+  pair "$name" "$@" -- "$@" "$A"
+  if [ "$crc" -eq 0 ] && [ "$src" -eq 0 ] && grep -qE '^ +[0-9]+ +[0-9]+ ' "$T/$name.c"; then
+    ok "$what: $(grep -E '^ +[0-9]+ +[0-9]+ ' "$T/$name.c" | tail -n 1 | tr -s ' ')"
+  else
+    bad "$what: client rc $crc, server rc $src"; show "$name"
+  fi
+}
+perf wbw "ib_write_bw -R" ib_write_bw -R -n 500
+perf sbw_ud "ib_send_bw -R -c UD" ib_send_bw -R -c UD -n 500
+perf rlat "ib_read_lat -R" ib_read_lat -R -n 500
+
+# Nothing left on either node once the programs are gone: no shim client,
+# no verbs object (droced sees the last hang-ups a little after the
+# programs exit: asked again, up to 5 s).
+for node in a b; do
+  left=
+  for _ in $(seq 50); do
+    st=$("$CTL" --socket "$T/$node-ctl.sock" call shim 2>&1)
+    left=$(echo "$st" | awk '($1 == "clients" || $1 ~ /^objects\./) && $2 != 0 { printf "%s=%s ", $1, $2 }')
+    echo "$st" | grep -qE '^clients +0' && [ -z "$left" ] && break
+    sleep 0.1
+  done
+  if echo "$st" | grep -qE '^clients +0' && [ -z "$left" ]; then
+    ok "node $node: no shim client or verbs object left"
+  else
+    bad "node $node: left $left"; echo "$st" | head -n 20 | sed 's/^/       /'
+  fi
+done
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
