@@ -286,8 +286,12 @@ void CmSessions::destroy(Session& s, Id& id) {
   for (auto [dev, lid] : id.listens) cm_.cm_destroy(dev, lid);
   if (id.role == Id::Role::Listener) listeners_--;
   if (id.conn != 0) {
-    cm_.cm_destroy(id.dev, id.conn);
-    conns_.erase({id.dev, id.conn});
+    // Only if (dev, ConnId) is still ours: the agent may have forgotten a
+    // finished connection and given its comm ID to a new one since.
+    if (auto it = conns_.find({id.dev, id.conn}); it != conns_.end() && it->second == &id) {
+      cm_.cm_destroy(id.dev, id.conn);
+      conns_.erase(it);
+    }
   }
   unbind(id);
   std::erase(resolving_, &id);
