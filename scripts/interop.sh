@@ -702,6 +702,7 @@ run_cm() {
       grc=$?
     else
       note="the droce server did not listen on $port"
+      echo "$note" >"$glog"
       grc=99
     fi
     if [ "$test" = cmtime ]; then
