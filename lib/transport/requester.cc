@@ -6,6 +6,8 @@
 // limits, RNR wait, SQD) or Yield (budget or TX full: call again).
 // Go-back-N (requester_rewind) only moves the cursor (idx, psn); the packets
 // are rebuilt from the WQE, so nothing is kept per packet.
+#include <endian.h>
+
 #include <cstring>
 
 #include "transport/engine.h"
@@ -102,7 +104,7 @@ bool build_packet(Engine& e, Qp& q, SendWqe& w, bool* last_of_wqe) noexcept {
     last = pos == wire::Position::Last || pos == wire::Position::Only;
     const wire::OpcodeInfo& info = wire::opcode_info(h.bth.opcode);
     if (info.off_reth) h.ext.reth = {w.wr.rdma.remote_addr, w.wr.rdma.rkey, w.length};
-    if (info.off_imm) h.ext.imm = w.wr.imm_data;
+    if (info.off_imm) h.ext.imm = be32toh(w.wr.imm_data);  // ibverbs' imm_data is in network order; ext.imm is the value
     if (info.off_ieth) h.ext.ieth_rkey = w.wr.invalidate_rkey;
     h.bth.se = last && (w.wr.send_flags & verbs::kSendSolicited) && (info.flags & (wire::kOpSend | wire::kOpImm));
     if (q.type == QpType::RC) {

@@ -11,6 +11,8 @@
 //
 // Output (responder_tx) is ordered: responses of READ/atomic resources in
 // PSN order, then the one coalesced ACK/NAK.
+#include <endian.h>
+
 #include <atomic>
 #include <cstring>
 
@@ -340,7 +342,7 @@ RespSt complete(Ctx& c) noexcept {
     uint32_t imm = 0;
     if (c.op.off_imm) {
       flags |= verbs::kWcWithImm;
-      imm = x.imm;
+      imm = htobe32(x.imm);  // ibv_wc.imm_data: network order
     }
     if (c.op.off_ieth) {
       c.e.mrs().invalidate(x.ieth_rkey, q.pd);  // checked above
@@ -354,7 +356,7 @@ RespSt complete(Ctx& c) noexcept {
     wc.opcode = verbs::WcOpcode::RecvRdmaWithImm;
     wc.byte_len = r.write_len;
     wc.wc_flags = verbs::kWcWithImm;
-    wc.imm_data = x.imm;
+    wc.imm_data = htobe32(x.imm);
     wc.qp_num = q.qpn;
     wc.src_qp = q.attr.dest_qp_num;
     c.e.complete(q.recv_cq, wc);
@@ -467,7 +469,7 @@ void ud_rx(Engine& e, Qp& q, const wire::PacketView& pkt) noexcept {
   uint32_t imm = 0;
   if (pkt.op->off_imm) {
     flags |= verbs::kWcWithImm;
-    imm = pkt.h.ext.imm;
+    imm = htobe32(pkt.h.ext.imm);
   }
   recv_complete(e, q, WcStatus::Success, plen + verbs::kGrhBytes, flags, imm, src_qp);
 }

@@ -5,6 +5,8 @@
 // response, in order. QPNs, addresses and keys are mapped to droce's (each
 // distinct rkey of the capture becomes one droce MR covering the addresses used
 // with it, so invalidation and access errors reproduce).
+#include <endian.h>
+
 #include <catch2/catch.hpp>
 
 #include <cstdlib>
@@ -327,7 +329,7 @@ int replay_requester(const std::string& name, Mtu mtu) {
           wr.atomic.compare_add = wr.opcode == WrOpcode::AtomicCmpSwp ? v.h.ext.atomic.compare : v.h.ext.atomic.swap_add;
           wr.atomic.swap = v.h.ext.atomic.swap_add;
         }
-        wr.imm_data = lastv.h.ext.imm;
+        wr.imm_data = htobe32(lastv.h.ext.imm);
         wr.invalidate_rkey = lastv.h.ext.ieth_rkey;
         if (lastv.h.bth.se) wr.send_flags |= kSendSolicited;
         wr.num_sge = 1;
@@ -508,7 +510,7 @@ int replay_uc_ud(const std::string& name) {
           len = v.h.ext.reth.len;
           wr.rdma = {v.h.ext.reth.va, v.h.ext.reth.rkey};
         }
-        wr.imm_data = lastv.h.ext.imm;
+        wr.imm_data = htobe32(lastv.h.ext.imm);
         if (lastv.h.bth.se) wr.send_flags |= kSendSolicited;
         wr.num_sge = 1;
         wr.sg_list[0] = {local.addr(), static_cast<uint32_t>(len), local.key};

@@ -17,6 +17,7 @@
 // (ASan+UBSan, unoptimized, about 5x slower) posts one 16 MiB WR per case
 // (kSanitizer), so the suite stays short there. The completion-order checks
 // run on every other size in both builds.
+#include <endian.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -218,7 +219,7 @@ void check_wire(memlink::Link& link, QpType t, WrOpcode op, uint32_t mtu, uint32
         PCHECK(v.h.ext.reth.rkey == p.rkey);
         PCHECK(v.h.ext.reth.len == p.len);
       }
-      if (last && (op == WrOpcode::SendImm || op == WrOpcode::RdmaWriteImm)) CHECK(v.h.ext.imm == p.imm);
+      if (last && (op == WrOpcode::SendImm || op == WrOpcode::RdmaWriteImm)) CHECK(v.h.ext.imm == be32toh(p.imm));  // imm_data is posted in network order
       if (last && op == WrOpcode::SendInv) CHECK(v.h.ext.ieth_rkey == p.inv_key);
       if (t == QpType::UD) {
         PCHECK(v.h.ext.deth.qkey == qkey);
