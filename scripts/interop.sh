@@ -30,8 +30,8 @@
 #     --cm    only the RDMA CM runs (issue 10): rdmacm-utils (rping -v -V, ucmatose, udaddy,
 #             rdma_server/rdma_client, cmtime), perftest -R, qperf -cm1 through the drop-in
 #             librdmacm.so.1, both directions, 1% loss per side (rping), a REQ nobody listens
-#             to (REJ), a killed host program. --ci runs rping both ways (cm_ci, CM_IN_CI);
-#             --full all of them once CM_IN_FULL is 1.
+#             to (REJ), a killed host program. --ci runs rping, udaddy, ib_send_bw -R and the
+#             REJ both ways (cm_ci, CM_IN_CI); --full all of them once CM_IN_FULL is 1.
 # Exit status: 0 all passed, 1 a run failed or the suite could not run (harness not set
 # up, QEMU missing, the guest does not boot: scripts/test.sh installs and sets up all of
 # it first, so on a Debian 12 machine that is a failure), 77 skipped only when this is
@@ -810,10 +810,13 @@ both() { shim "$1" d2r "${@:2}"; shim "$1" r2d "${@:2}"; }  # both TEST MTU LOSS
 t_start=$(date +%s)
 boot_guest "$G1" "$G1_IP" 1500
 start_droced 1500
-# The RDMA CM runs: cm TEST DIR LOSS ITERS (run_cm). cm_ci: the part --ci runs (udaddy and
-# ib_send_bw -R join it once they pass against main).
+# The RDMA CM runs: cm TEST DIR LOSS ITERS (run_cm). cm_ci: the part --ci runs (RC with data
+# checked, UD through SIDR, perftest over the CM, a REJ), both ways.
 cm_ci() {
   cm_both rping 0 10
+  cm_both udaddy 0 10
+  cm_both send_bw 0 20
+  cm_both rej 0 1
 }
 cm_all() {
   cm_both rping 0 10
