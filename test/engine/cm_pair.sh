@@ -54,9 +54,8 @@ else
 fi
 
 # pair NAME SERVER... -- CLIENT...: the server through node a, the client
-# through node b. The servers print nothing once they listen (and droced
-# does not count listeners in its status), so the client is retried
-# (bounded) while its connection is refused (REJ, or for UD a SIDR_REP
+# through node b, started once `droce-ctl cm` on node a lists a listener;
+# the client is still retried (bounded) while its connection is refused (REJ, or for UD a SIDR_REP
 # "no listener": UNREACHABLE) and the server still runs. A refused connection
 # never reaches the server program, so each client makes one connection.
 # Outputs in $T/NAME.{s,c}; sets src/crc.
@@ -68,6 +67,14 @@ pair() {
   cli=("$@")
   on a 90 "${srv[@]}" >"$T/$name.s" 2>&1 &
   local sp=$!
+  # The client starts once node a lists the server's listener (droce-ctl cm,
+  # 20 s at most); the retries below stay for a listener that comes late.
+  for _ in $(seq 200); do
+    "$CTL" -s "$T/a-ctl.sock" --json cm 2>/dev/null |
+      python3 -c 'import json,sys; sys.exit(0 if json.load(sys.stdin)["listeners"] >= 1 else 1)' 2>/dev/null && break
+    kill -0 "$sp" 2>/dev/null || break
+    sleep 0.1
+  done
   crc=1
   for _ in $(seq 50); do
     on b 60 "${cli[@]}" >"$T/$name.c" 2>&1
