@@ -186,7 +186,12 @@ sample() {
     if [ "$1" = idle ]; then
       shim=$(ctl "$n" --json call shim 2>/dev/null | python3 -c 'import json,sys; print(json.load(sys.stdin)["clients"])' 2>/dev/null)
       qps=$(ctl "$n" --json qps 2>/dev/null | python3 -c 'import json,sys; print(len([q for q in json.load(sys.stdin)["qps"] if q["qpn"] != 1]))' 2>/dev/null)
-      mrs=$(ctl "$n" --json mrs 2>/dev/null | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["mrs"]))' 2>/dev/null)
+      # Not counted: QP1 and the RDMA CM's own MR (its MAD buffers, `call shim` cm.*.mr_key), droced's for good.
+      mrs=$(python3 -c 'import json,subprocess,sys
+mrs = json.loads(sys.argv[1])["mrs"]
+cm = json.loads(sys.argv[2]).get("cm", {})
+own = {d.get("mr_key") for d in cm.values() if isinstance(d, dict)}
+print(len([m for m in mrs if m.get("key") not in own]))' "$(ctl "$n" --json mrs 2>/dev/null)" "$(ctl "$n" --json call shim 2>/dev/null)" 2>/dev/null)
     fi
     echo "$(($(date +%s) - t0)),$n,$rss,${huge:-0},$fds,$shim,$qps,$mrs,$1" >>"$csv"
   done

@@ -86,10 +86,13 @@ if [ -n "${3:-}" ]; then
   # Debian's rping as a server through the drop-in librdmacm: droce-ctl cm
   # lists its listener (the agent's on droce0 and the shim's id); it goes
   # with the program.
-  DROCE_SOCKET=$T/verbs.sock LD_LIBRARY_PATH=$3 timeout 30 rping -s -a 10.30.0.2 -p 7174 >"$T/rping.log" 2>&1 &
+  # (An ASan build's front needs the ASan runtime first: DROCE_TEST_PRELOAD.)
+  DROCE_SOCKET=$T/verbs.sock LD_LIBRARY_PATH=$3 timeout 30 \
+    ${DROCE_TEST_PRELOAD:+env LD_PRELOAD="$DROCE_TEST_PRELOAD" ASAN_OPTIONS=detect_leaks=0} \
+    rping -s -a 10.30.0.2 -p 7174 >"$T/rping.log" 2>&1 &
   rp=$!
-  cm_has() {  # cm_has PYTHON_CONDITION: polls droce-ctl cm until it holds (5 s at most)
-    for _ in $(seq 1 50); do
+  cm_has() {  # cm_has PYTHON_CONDITION: polls droce-ctl cm until it holds (15 s at most)
+    for _ in $(seq 1 150); do
       "$CTL" -s "$SOCK" --json cm | python3 -c "import json,sys; d=json.load(sys.stdin); c=d['devices']['droce0']['connections']; sys.exit(0 if ($1) else 1)" && return 0
       sleep 0.1
     done
