@@ -261,6 +261,15 @@ struct AgentOps {
     return wild;
   }
 
+  // The listener a REQ / SIDR_REQ is for: its CMA header (h) parses, its
+  // service ID is an RDMA CM one (ps, port) and a listener has it at dst.
+  template <size_t N>
+  static Conn* match_listener(Agent& a, uint64_t sid, const uint8_t (&pdata)[N], const wire::Gid& dst, CmaHdr& h,
+                              PortSpace& ps, uint16_t& port) {
+    if (!decode_cma_hdr(std::span<const uint8_t>(pdata, N), h) || !parse_service_id(sid, ps, port)) return nullptr;
+    return find_listener(a, sid, dst);
+  }
+
   // The passive connection a REQ / SIDR_REQ repeats, if any.
   static Conn* find_by_remote(Agent& a, uint32_t remote_id, uint64_t guid, const wire::Gid& src) {
     for (auto& [id, c] : a.conns_)
@@ -290,11 +299,9 @@ struct AgentOps {
         return;
       }
     CmaHdr h;
-    const bool have_hdr = decode_cma_hdr(std::span<const uint8_t>(r.private_data, sizeof r.private_data), h);
     PortSpace ps;
-    uint16_t port;
-    Conn* l = nullptr;
-    if (have_hdr && parse_service_id(r.service_id, ps, port)) l = find_listener(a, r.service_id, dst);
+    uint16_t port = 0;
+    Conn* l = match_listener(a, r.service_id, r.private_data, dst, h, ps, port);
     if (!l || r.transport == CmTransport::Rd || r.transport == CmTransport::Ext ||
         (l->kind == QpKind::Rc) != (r.transport == CmTransport::Rc)) {
       count(a, CmCtr::RejNoListener);
@@ -528,11 +535,9 @@ struct AgentOps {
         return;
       }
     CmaHdr h;
-    const bool have_hdr = decode_cma_hdr(std::span<const uint8_t>(r.private_data, sizeof r.private_data), h);
     PortSpace ps;
-    uint16_t port;
-    Conn* l = nullptr;
-    if (have_hdr && parse_service_id(r.service_id, ps, port)) l = find_listener(a, r.service_id, dst);
+    uint16_t port = 0;
+    Conn* l = match_listener(a, r.service_id, r.private_data, dst, h, ps, port);
     if (!l || l->kind != QpKind::Ud) {
       count(a, CmCtr::RejNoListener);
       SidrRep rep;
