@@ -31,6 +31,11 @@ struct QueueConfig {
   uint16_t qid = 0;           // from the CM private data
   uint16_t depth = 32;        // hsqsize + 1
   uint32_t slot_buffer = 0;   // bytes of data buffer per slot (the largest transfer)
+  // Request slots, 0: depth. An RDMA glue gives 2 * depth (as Linux's
+  // nvmet-rdma): the host reuses a command slot as soon as it has the
+  // response, possibly before the target has seen its SEND complete (the
+  // ACK lost or late), so a new command can find every slot still Completing.
+  uint16_t slots = 0;
 };
 
 struct QueueCounters {
@@ -45,7 +50,7 @@ class Queue {
  public:
   enum class State : uint8_t { Free, ReadingFromHost, Deferred, Completing };
 
-  // data_mem: depth * slot_buffer bytes (registered for RDMA by the glue).
+  // data_mem: slots (or depth) * slot_buffer bytes (registered for RDMA by the glue).
   Queue(Target& t, const QueueConfig& c, std::span<uint8_t> data_mem);
   ~Queue();  // the admin queue destroys its controller; an I/O queue detaches
   Queue(const Queue&) = delete;
@@ -84,7 +89,7 @@ class Queue {
   Target& target_;
   QueueConfig cfg_;
   std::vector<Slot> slots_;
-  std::vector<Action> actions_;  // ring of capacity 3 * depth
+  std::vector<Action> actions_;  // ring of capacity 3 * slots
   size_t act_head_ = 0, act_count_ = 0;
   uint16_t cntlid_ = 0;          // 0: not connected
   uint16_t sq_head_ = 0;
