@@ -44,6 +44,7 @@ fio_terse() {  # fio ARGS...: prints its figures (terse v3 fields); fails on any
 }
 case $step in
   connect)
+    dmesg -C  # the dmesg step judges this case alone
     modprobe nvme-rdma || exit 1
     nvme discover -t rdma -a "$addr" -s 4420 >$work/discover.txt || { cat $work/discover.txt; exit 1; }
     grep -q "subnqn: *$nqn" $work/discover.txt || { echo "discovery log lacks $nqn:"; cat $work/discover.txt; exit 1; }
