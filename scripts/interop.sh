@@ -854,7 +854,7 @@ run_nvmf() {
   NVMF_GLOG="$OUT/$tag.guest.log"
   : >"$NVMF_GLOG"
   local tmo=300
-  [ "$loss" = 0 ] || tmo=900
+  [ "$loss" = 0 ] || tmo=600
   echo "== NVMe-oF $test loss $loss: guest nvme-rdma -> droce-nvmf $DROCE_IP:4420 ($NVMF_NQN)"
   local note="" step n=0 bad=0 mal=0 ttl=0 fig=""
   start_nvmf "$loss" "$dlog" || note="droce-nvmf did not start"
