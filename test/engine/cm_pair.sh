@@ -4,6 +4,7 @@
 # droced, the client node b's; the CM MADs and the data cross the veth pair.
 #   rping -v -V -C 20 (data checked by both ends), ucmatose (RC, send/recv),
 #   udaddy (UD, SIDR), rdma_server/rdma_client (synchronous API, rdma_create_ep),
+#   fio --ioengine=rdma (verb=send with verify=crc32c, verb=write, verb=read),
 #   perftest -R (ib_write_bw, ib_send_bw -c UD, ib_read_lat);
 # and first the library's behaviour against a live droced with no CM peer
 # (rdmacm_check droced); last, nothing left in either droced.
@@ -31,7 +32,7 @@ trap cleanup EXIT INT TERM
 
 # Every program here (droced_pair_up's ibv_devinfo included) uses the fronts.
 export LD_LIBRARY_PATH=$FRONT${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-DROCED_PAIR_TIMEOUT=300 droced_pair_up cm "$NET" "$T" "$DROCED"
+DROCED_PAIR_TIMEOUT=800 droced_pair_up cm "$NET" "$T" "$DROCED"
 rc=$?
 [ "$rc" -eq 77 ] && { echo "SKIP: cannot create network namespaces"; exit 77; }
 [ "$rc" -ne 0 ] && { echo "FAIL droced nodes did not start"; exit 1; }
@@ -77,7 +78,7 @@ pair() {
   done
   crc=1
   for _ in $(seq 50); do
-    on b 60 "${cli[@]}" >"$T/$name.c" 2>&1
+    on b "${PAIR_CLIENT_SECS:-60}" "${cli[@]}" >"$T/$name.c" 2>&1
     crc=$?
     [ "$crc" -eq 0 ] && break
     grep -qiE 'reject|refused|unreachable|CM event bl blka [78]$' "$T/$name.c" || break
@@ -127,6 +128,45 @@ if [ "$crc" -eq 0 ] && [ "$src" -eq 0 ] && grep -q 'rdma_client: end 0' "$T/rdma
 else
   bad "rdma_server/rdma_client: client rc $crc, server rc $src"; show rdma_sc
 fi
+
+# fio's rdma engine (librdmacm + libibverbs; --thread: one process, so the
+# timeouts reach every job). The server job (rw=read) listens; the client job
+# (rw=write) connects and moves 16 MiB in 64 KiB blocks. verb=send with
+# verify=crc32c: each block the server receives carries the verify header and
+# checksum the client's fio wrote, and the server checks them; verb=write and
+# verb=read: RDMA WRITEs into and READs from the server's buffers. fio
+# registers two buffers of one struct that share a page (its send and receive
+# control blocks): the drop-in libibverbs used to refuse the second one.
+FIO=(fio --thread --ioengine=rdma --bs=64k --size=16m --iodepth=8)
+fio_io() {  # fio_io FILE READ|WRITE: io= of the job's summary line
+  sed -n "s/^ *$2: .*io=\([^ ]*\) .*/\1/p" "$1" | head -n 1
+}
+pair fio_send "${FIO[@]}" --name=s --port=17180 --rw=read --verify=crc32c -- \
+  "${FIO[@]}" --name=c --port=17180 --hostname="$A" --rw=write --verb=send --verify=crc32c
+if [ "$crc" -eq 0 ] && [ "$src" -eq 0 ] && [ "$(fio_io "$T/fio_send.s" READ)" = 16.0MiB ] &&
+   [ "$(fio_io "$T/fio_send.c" WRITE)" = 16.0MiB ] && ! grep -q 'verify:' "$T/fio_send.s"; then
+  ok "fio rdma verb=send, verify=crc32c: 16 MiB checked by the server ($(sed -n 's/^ *READ: bw=\([^ ]*\) .*/\1/p' "$T/fio_send.s"))"
+else
+  bad "fio verb=send verify: client rc $crc, server rc $src"; show fio_send
+fi
+# The same with a client that writes no verify headers: the server's check
+# must refuse the blocks (so the case above did check something).
+PAIR_CLIENT_SECS=15 pair fio_nover "${FIO[@]}" --name=s --port=17181 --rw=read --verify=crc32c -- \
+  "${FIO[@]}" --name=c --port=17181 --hostname="$A" --rw=write --verb=send
+if [ "$src" -ne 0 ] && grep -q 'verify: bad magic header' "$T/fio_nover.s"; then
+  ok "fio rdma verb=send: blocks without verify headers are refused by the server's check"
+else
+  bad "fio verb=send without verify headers: server rc $src"; show fio_nover
+fi
+for verb in write read; do
+  pair "fio_$verb" "${FIO[@]}" --name=s --port=1718$([ $verb = write ] && echo 2 || echo 3) --rw=read -- \
+    "${FIO[@]}" --name=c --port=1718$([ $verb = write ] && echo 2 || echo 3) --hostname="$A" --rw=write --verb=$verb
+  if [ "$crc" -eq 0 ] && [ "$src" -eq 0 ] && [ "$(fio_io "$T/fio_$verb.c" WRITE)" = 16.0MiB ]; then
+    ok "fio rdma verb=$verb: 16 MiB ($(sed -n 's/^ *WRITE: bw=\([^ ]*\) .*/\1/p' "$T/fio_$verb.c"))"
+  else
+    bad "fio verb=$verb: client rc $crc, server rc $src"; show "fio_$verb"
+  fi
+done
 
 # perftest over the CM (-R): RC WRITE bandwidth, UD SEND, READ latency.
 perf() {  # perf NAME DESCRIPTION ARGS...
