@@ -21,7 +21,7 @@
 # $OUT/interop-droce-to-rxe.pcap (d2r runs) and $OUT/interop-rxe-to-droce.pcap.
 # Prints a table at the end.
 #
-#   scripts/interop.sh [--ci | --full | --cm] [--keep-guests]
+#   scripts/interop.sh [--ci | --full | --cm | --nvmf-perf] [--keep-guests]
 #     --ci    (default) the CI subset, MTU 1024: every tool once per direction, sizes up
 #             to 64 KiB, few iterations, one 1% loss run per side, RNR, IPv6; well under
 #             15 minutes under TCG
@@ -32,6 +32,12 @@
 #             librdmacm.so.1, both directions, 1% loss per side (rping), a REQ nobody listens
 #             to (REJ), a killed host program. --ci runs rping, udaddy, ib_send_bw -R and the
 #             REJ both ways (cm_ci, CM_IN_CI); --full all of them once CM_IN_FULL is 1.
+#     --nvmf-perf the NVMe-oF comparison of issue 11 (opt-in, ~5 min under TCG): guest 1 is a Linux
+#             host (nvme-rdma), guest 2 a Linux target (nvmet-rdma, a RAM namespace, set up with
+#             test/interop/rxe-peer/lib/nvmet-setup.sh); the same fio run (4 KiB random read,
+#             libaio, direct, 10 s, queue depth 1 and 32) against the kernel target and against
+#             droce-nvmf; a table of IOPS, p50/p99 latency and droce/kernel. A droce row below
+#             the kernel's IOPS fails; so does an NVMe error in a guest's kernel log.
 # Exit status: 0 all passed, 1 a run failed or the suite could not run (harness not set
 # up, QEMU missing, the guest does not boot: scripts/test.sh installs and sets up all of
 # it first, so on a Debian 12 machine that is a failure), 77 skipped only when this is
@@ -42,6 +48,9 @@
 #   matching tests, e.g. 'write_*'), INTEROP_MTU (only runs at this MTU), INTEROP_SKIP (a glob
 #   on TEST:MTU:LOSS:SIZE, extglob allowed: skip those runs, e.g. '@(*_lat:*:0:all|srq_pingpong:*)').
 #   INTEROP_RDMACMLIB (directory of the drop-in librdmacm.so.1, default build/lib/shim/front).
+#   INTEROP_GUEST (the guests' name prefix, default iop: guests iop1 and, for --nvmf-perf, iop2;
+#   guest names are global to the harness's work dir, so concurrent suites in their own
+#   RXEPEER_NS need their own prefix too).
 set -uo pipefail
 { # the whole script is read before it runs: editing it meanwhile cannot change a running suite
 here=$(cd "$(dirname "$0")" && pwd)
@@ -52,11 +61,12 @@ mode=ci
 keep=0
 for a in "$@"; do
   case $a in
+    --nvmf-perf) mode=nvmf_perf ;;
     --ci) mode=ci ;;
     --full) mode=full ;;
     --cm) mode=cm ;;
     --keep-guests) keep=1 ;;
-    -h|--help) sed -n '2,44p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,50p' "$0"; exit 0 ;;
     *) echo "interop.sh: unknown option $a" >&2; exit 2 ;;
   esac
 done
@@ -86,6 +96,7 @@ TOOL=$root/build/app/droce-interop/droce-interop
 DUMPTOOL=$root/build/app/droce-dump/droce-dump
 DROCED=$root/build/app/droced/droced
 CTL=$root/build/app/droce-ctl/droce-ctl
+NVMF_APP=$root/build/app/droce-nvmf/droce-nvmf
 AFP_RUN=$here/afpacket-run  # a process id whose af_packet fanout group id is free in the namespace
 SHIMLIB=$root/build/lib/shim/front
 RDMACMLIB=${INTEROP_RDMACMLIB:-$SHIMLIB}  # the drop-in librdmacm.so.1 (built beside libibverbs.so.1)
@@ -97,8 +108,10 @@ CTL_SOCK=/run/droce/interop-ctl.sock      # as in config/interop-rxe*.toml
 VERBS_SOCK=/run/droce/interop-verbs.sock
 DROCE_MAC=02:00:0a:4d:00:64
 DROCE_IP=10.77.0.100
-G1=iop1
+G1=${INTEROP_GUEST:-iop}1
 G1_IP=10.77.0.1
+G2=${INTEROP_GUEST:-iop}2   # --nvmf-perf: the kernel NVMe-oF target
+G2_IP=10.77.0.2
 BR_IP=10.77.0.254  # the harness's bridge address: kernel TCP of this namespace for the exchanges
 
 [ "$(id -u)" -eq 0 ] || skip "needs root (network namespaces, QEMU)"
@@ -128,8 +141,12 @@ if [ $cm_runs = 1 ]; then
     [ -e "$RDMACMLIB/librdmacm.so.1" ] || { echo "interop: $RDMACMLIB/librdmacm.so.1 (the drop-in librdmacm) is not built" >&2; exit 1; }
   fi
 fi
+if [ $mode = nvmf_perf ]; then
+  for b in nvme fio python3; do command -v "$b" >/dev/null || cannot_run "$b is not installed on the host (nvme-cli, fio: the guests run the host's)"; done
+  [ -x "$NVMF_APP" ] || { [ -f "$root/build/build.ninja" ] && timeout 1800 ninja -C "$root/build" -j2 app/droce-nvmf/droce-nvmf >/dev/null 2>&1; }
+fi
 mkdir -p "$OUT"
-rm -f "$OUT"/*.pcap "$OUT"/*.log
+rm -f "$OUT"/*.pcap "$OUT"/*.log "$OUT"/nvmf-perf-*
 
 rx() { timeout -k 5 "$1" "$RXEPEER" "${@:2}"; }  # rx SECONDS ARGS...: every harness call bounded
 
@@ -806,6 +823,191 @@ cm() { run_case run_cm "$1" "$2" "$([ "$CUR_MTU" -gt 1500 ] && echo 4096 || echo
 cm_both() { cm "$1" d2r "${@:2}"; cm "$1" r2d "${@:2}"; }
 embed() { run_case run_embed "$@"; }
 both() { shim "$1" d2r "${@:2}"; shim "$1" r2d "${@:2}"; }  # both TEST MTU LOSS SIZE ITERS [ARGS]
+
+# ---- NVMe over Fabrics performance (issue 11, --nvmf-perf) ----
+# One Linux host (G1: nvme-rdma over rxe0) runs the same fio job against two targets: the Linux
+# kernel's own (G2: nvmet-rdma over rxe0, a memory-backed null_blk namespace, lib/nvmet-setup.sh) and droce-nvmf
+# (a RAM namespace, on dpdk0 at $DROCE_IP). Both at queue depth 1 and 32; the table puts them side
+# by side with droce/kernel. Each guest's kernel log is checked for NVMe errors after each target.
+NVMF_PORT=4420
+NVMF_KNQN=nqn.2026-12.org.droce:interop-kernel-ram
+NVMETSETUP=$root/test/interop/rxe-peer/lib/nvmet-setup.sh
+NVMF_FIO=(--name=randread --rw=randread --bs=4k --ioengine=libaio --direct=1 --runtime=10 --time_based
+          --lat_percentiles=1 --output-format=json)
+PERF_ROWS=()
+declare -A NVMF_IOPS=()
+
+# nvmf_connect ADDR NQN: connects G1 (bounded) and prints the namespace's block device.
+nvmf_connect() {
+  rx 90 exec "$G1" --timeout 60 -- bash -c '
+    modprobe nvme-rdma || exit 3
+    timeout 40 nvme connect -t rdma -a "$1" -s "$3" -n "$2" >/dev/null || exit 4
+    for i in $(seq 1 200); do   # the namespace'"'"'s block device: its subsystem is NQN (multipath head)
+      for b in /sys/block/nvme*n*; do
+        n=${b##*/}
+        [[ $n == nvme*c*n* ]] && continue   # a hidden path of the multipath head
+        [ "$(cat "$b/device/subsysnqn" 2>/dev/null)" = "$2" ] && [ -b "/dev/$n" ] && { echo "/dev/$n"; exit 0; }
+      done
+      sleep 0.1
+    done
+    echo "no block device of $2 after 20 s" >&2; exit 5' _ "$1" "$2" "$NVMF_PORT"
+}
+nvmf_disconnect() {  # nvmf_disconnect NQN
+  rx 60 exec "$G1" --timeout 40 -- timeout 30 nvme disconnect -n "$1"
+}
+# nvmf_dmesg_clear GUEST / nvmf_dmesg_errors GUEST: the NVMe errors in GUEST's kernel log since
+# the last clear (I/O timeouts, resets, reconnects, failed commands, block I/O errors).
+nvmf_dmesg_clear() { rx 30 exec "$1" --timeout 20 -- dmesg -C >/dev/null 2>&1; }
+nvmf_dmesg_errors() {
+  rx 30 exec "$1" --timeout 20 -- dmesg 2>/dev/null |
+    grep -iE 'nvme.*(error|fail|timeout|timed out|abort|reset|reconnect|invalid|unexpected)|nvmet.*(error|fail)|I/O error|blk_update_request|critical'
+}
+
+# nvmf_fio TARGET DEV QD: fio in G1; one PERF_ROWS line (IOPS, p50/p99 of the total latency).
+nvmf_fio() {
+  local target=$1 dev=$2 qd=$3 json=$OUT/nvmf-perf-$1-qd$3.json fig rc
+  echo "== fio 4 KiB randread $target QD $qd 10 s"
+  rx 120 exec "$G1" --timeout 90 -- timeout 80 fio "${NVMF_FIO[@]}" --filename="$dev" --iodepth="$qd" >"$json" 2>"$json.err"
+  rc=$?
+  fig=$(python3 - "$json" <<'PY' 2>/dev/null
+import json, sys
+t = open(sys.argv[1]).read()
+j = json.loads(t[t.index("{"):])
+r = j["jobs"][0]["read"]
+p = (r.get("lat_ns") or {}).get("percentile") or r["clat_ns"]["percentile"]
+print("%.0f %.0f %.0f %d" % (r["iops"], p["50.000000"] / 1e3, p["99.000000"] / 1e3, j["jobs"][0]["error"]))
+PY
+)
+  local iops p50 p99 err res=PASS ratio="" kiops
+  read -r iops p50 p99 err <<<"$fig"
+  if [ "$rc" -ne 0 ] || [ -z "$iops" ] || [ "${err:-1}" != 0 ] || [ "$iops" -le 0 ]; then
+    res=FAIL iops=${iops:-?} p50=${p50:-?} p99=${p99:-?}
+    echo "   fio failed (rc $rc, see $json and $json.err)"; tail -n 5 "$json.err" | sed 's/^/   fio: /'
+  fi
+  NVMF_IOPS[$target-$qd]=$iops
+  kiops=${NVMF_IOPS[kernel-$qd]:-}
+  if [ "$target" != kernel ] && [[ $kiops =~ ^[0-9]+$ && $iops =~ ^[0-9]+$ ]] && [ "$kiops" -gt 0 ]; then
+    ratio=$(awk -v a="$iops" -v b="$kiops" 'BEGIN { printf "%.2f", a / b }')
+    # The issue's requirement: the same fio run does at least as well against droce-nvmf.
+    [ "$iops" -lt "$kiops" ] && { res=FAIL; echo "   droce-nvmf below the kernel target ($iops < $kiops IOPS)"; }
+  fi
+  [ $res = PASS ] || FAILS=$((FAILS + 1))
+  PERF_ROWS+=("$(printf '%-30s %-4s %-8s %-10s %-10s %-12s %s' "$4" "$qd" "$iops" "$p50" "$p99" "${ratio:--}" "$res")")
+  echo "   ${PERF_ROWS[-1]}"
+}
+
+# nvmf_perf_target TARGET LABEL ADDR NQN: connect G1, fio at QD 1 and 32, disconnect, NVMe errors
+# in the guests' logs (G1, and G2 for the kernel target) fail the target's last row.
+nvmf_perf_target() {
+  local target=$1 label=$2 addr=$3 nqn=$4 dev qd errs g
+  nvmf_dmesg_clear "$G1"
+  [ "$target" = kernel ] && nvmf_dmesg_clear "$G2"
+  echo "== nvme connect -t rdma -a $addr -n $nqn ($label)"
+  if ! dev=$(nvmf_connect "$addr" "$nqn" 2>"$OUT/nvmf-perf-$target-connect.log"); then
+    cat "$OUT/nvmf-perf-$target-connect.log" >&2
+    for qd in 1 32; do
+      FAILS=$((FAILS + 1))
+      PERF_ROWS+=("$(printf '%-30s %-4s %-8s %-10s %-10s %-12s %s' "$label" "$qd" - - - - "FAIL (nvme connect)")")
+    done
+    return 1
+  fi
+  echo "   namespace: $dev"
+  for qd in 1 32; do nvmf_fio "$target" "$dev" "$qd" "$label"; done
+  nvmf_disconnect "$nqn" >"$OUT/nvmf-perf-$target-disconnect.log" 2>&1 ||
+    { echo "   nvme disconnect failed"; PERF_ROWS[-1]="${PERF_ROWS[-1]/PASS/FAIL} (nvme disconnect)"; FAILS=$((FAILS + 1)); }
+  for g in "$G1" $([ "$target" = kernel ] && echo "$G2"); do
+    errs=$(nvmf_dmesg_errors "$g")
+    if [ -n "$errs" ]; then
+      echo "   NVMe errors in $g's kernel log:"; printf '%s\n' "$errs" | head -n 10 | sed 's/^/   /'
+      printf '%s\n' "$errs" >"$OUT/nvmf-perf-$target-$g.dmesg-errors"
+      PERF_ROWS[-1]="${PERF_ROWS[-1]/PASS/FAIL} (NVMe errors in $g's log)"
+      FAILS=$((FAILS + 1))
+    fi
+  done
+}
+
+run_nvmf_perf() {
+  boot_guest "$G2" "$G2_IP" 1500
+  boot_guest "$G1" "$G1_IP" 1500
+  echo "== $G2: kernel NVMe-oF target (nvmet-rdma, a memory-backed null_blk namespace)"
+  if rx 90 exec "$G2" --timeout 60 -- bash "$NVMETSETUP" up "$NVMF_KNQN" "$G2_IP" "$NVMF_PORT" \
+       >"$OUT/nvmf-perf-nvmet-setup.log" 2>&1; then
+    sed 's/^/   /' "$OUT/nvmf-perf-nvmet-setup.log"
+    nvmf_perf_target kernel "kernel nvmet-rdma ($G2)" "$G2_IP" "$NVMF_KNQN"
+  else
+    cat "$OUT/nvmf-perf-nvmet-setup.log" >&2
+    FAILS=$((FAILS + 1))
+    PERF_ROWS+=("kernel nvmet-rdma ($G2): FAIL (nvmet setup, see $OUT/nvmf-perf-nvmet-setup.log)")
+  fi
+  rx 60 exec "$G2" --timeout 40 -- bash "$NVMETSETUP" down >/dev/null 2>&1
+  rx 60 stop "$G2" >/dev/null 2>&1   # one guest less on the CPU for droce's run
+  nvmf_perf_droce
+}
+
+# nvmf_perf_droce: droce-nvmf on dpdk0 ($DROCE_IP, config/nvmf.toml: one RAM namespace); the same
+# fio runs from G1; then SIGTERM, and droce-nvmf must exit 0 with its hosts disconnected.
+nvmf_perf_droce() {
+  local label="droce-nvmf ($DROCE_IP)" qd log=$OUT/nvmf-perf-droce-nvmf.log cfg=$root/config/nvmf.toml nqn i rc
+  nqn=$(sed -n 's/^nqn *= *"\(.*\)".*/\1/p' "$cfg" 2>/dev/null | head -n 1)
+  if [ ! -x "$NVMF_APP" ] || [ -z "$nqn" ]; then
+    for qd in 1 32; do
+      FAILS=$((FAILS + 1))
+      PERF_ROWS+=("$(printf '%-30s %-4s %-8s %-10s %-10s %-12s %s' "$label" "$qd" - - - - "FAIL (droce-nvmf or $cfg missing)")")
+    done
+    return 1
+  fi
+  echo "== droce-nvmf on $IFACE ($DROCE_IP, $cfg)"
+  ip netns exec "$NS" timeout -k 5 900 "$AFP_RUN" "$IFACE" "$NVMF_APP" --device "net_af_packet0,iface=$IFACE" \
+    --ip "$DROCE_IP" -c "$cfg" >"$log" 2>&1 &
+  DROCE_PID=$!
+  for i in $(seq 1 300); do
+    grep -q "droce-nvmf: listening" "$log" 2>/dev/null && break
+    kill -0 "$DROCE_PID" 2>/dev/null || break
+    sleep 0.1
+  done
+  if ! grep -q "droce-nvmf: listening" "$log" 2>/dev/null; then
+    echo "   droce-nvmf did not start:"; tail -n 10 "$log" | sed 's/^/   /'
+    kill -TERM "$DROCE_PID" 2>/dev/null; wait "$DROCE_PID" 2>/dev/null; DROCE_PID=
+    for qd in 1 32; do
+      FAILS=$((FAILS + 1))
+      PERF_ROWS+=("$(printf '%-30s %-4s %-8s %-10s %-10s %-12s %s' "$label" "$qd" - - - - "FAIL (droce-nvmf did not start)")")
+    done
+    return 1
+  fi
+  nvmf_perf_target droce "$label" "$DROCE_IP" "$nqn"
+  kill -TERM "$DROCE_PID" 2>/dev/null
+  for i in $(seq 1 200); do kill -0 "$DROCE_PID" 2>/dev/null || break; sleep 0.1; done
+  kill -KILL "$DROCE_PID" 2>/dev/null
+  wait "$DROCE_PID"
+  rc=$?
+  DROCE_PID=
+  if [ "$rc" -ne 0 ]; then
+    echo "   droce-nvmf exited with $rc after SIGTERM (see $log)"
+    PERF_ROWS[-1]="${PERF_ROWS[-1]/PASS/FAIL} (droce-nvmf exit $rc)"
+    FAILS=$((FAILS + 1))
+  fi
+  grep "^droce-nvmf: queue\|^droce-nvmf: connect" "$log" | sed 's/^/   /'
+}
+
+# print_nvmf_perf: the NVMe-oF table (PERF_ROWS).
+print_nvmf_perf() {
+  ((${#PERF_ROWS[@]})) || return 0
+  echo
+  echo "NVMe-oF, the same fio job from host $G1 (Linux nvme-rdma over rxe0) to each target: ${NVMF_FIO[*]:1:4} --time_based --runtime=10;"
+  echo "latency: fio's total (submission to completion, lat_percentiles), us; droce/kernel: IOPS ratio"
+  printf '%-30s %-4s %-8s %-10s %-10s %-12s %s\n' target QD IOPS "p50 us" "p99 us" droce/kernel result
+  for r in "${PERF_ROWS[@]}"; do echo "$r"; done
+}
+if [ $mode = nvmf_perf ]; then
+  t_start=$(date +%s)
+  run_nvmf_perf
+  echo
+  echo "interop results (--nvmf-perf, $(( ($(date +%s) - t_start) / 60 )) min; droce-nvmf $DROCE_IP on $IFACE, kernel target $G2 $G2_IP, host $G1 $G1_IP; logs in $OUT)"
+  print_nvmf_perf
+  echo "${#PERF_ROWS[@]} runs, $FAILS failed"
+  [ "$FAILS" -eq 0 ]
+  exit
+fi
 
 t_start=$(date +%s)
 boot_guest "$G1" "$G1_IP" 1500

@@ -249,10 +249,18 @@ void build_target(const NvmfConfig& c, Target& t) {
     for (auto& h : s.hosts) sub.allow_host(h);
     for (size_t j = 0; j < s.namespaces.size(); ++j) {
       const NamespaceSpec& n = s.namespaces[j];
-      if (n.backend != "ram")
+      if (n.backend == "ram") {
+        sub.add_namespace(Namespace::ram(n.ns, s.nqn));
+        continue;
+      }
+      std::unique_ptr<Namespace> ns;
+      try {
+        ns = Namespace::file(n.ns, s.nqn, n.path);
+      } catch (const std::exception& e) {
         throw NvmfConfigError("nvmf config: nvmf.subsystem[" + std::to_string(i) + "].namespace[" + std::to_string(j) +
-                              "].backend: \"" + n.backend + "\" is not supported yet (only \"ram\")");
-      sub.add_namespace(Namespace::ram(n.ns, s.nqn));
+                              "].path: " + e.what());
+      }
+      sub.add_namespace(std::move(ns));
     }
   }
 }
