@@ -55,7 +55,8 @@
 #   INTEROP_RDMACMLIB (directory of the drop-in librdmacm.so.1, default build/lib/shim/front).
 #   INTEROP_GUEST (the guests' name prefix, default iop: guests iop1 and, for --nvmf-perf, iop2;
 #   guest names are global to the harness's work dir, so concurrent suites in their own
-#   RXEPEER_NS need their own prefix too).
+#   RXEPEER_NS need their own prefix too). INTEROP_NVMF_CONFIG (--nvmf-perf: droce-nvmf's config,
+#   default config/nvmf.toml).
 set -uo pipefail
 { # the whole script is read before it runs: editing it meanwhile cannot change a running suite
 here=$(cd "$(dirname "$0")" && pwd)
@@ -982,11 +983,12 @@ NVMF_FIO=(--name=randread --rw=randread --bs=4k --ioengine=libaio --direct=1 --r
 PERF_ROWS=()
 declare -A NVMF_IOPS=()
 
-# nvmf_connect ADDR NQN: connects G1 (bounded) and prints the namespace's block device.
+# nvmf_connect ADDR NQN [NVME CONNECT OPTIONS]: connects G1 (bounded) and prints the namespace's
+# block device.
 nvmf_connect() {
   rx 90 exec "$G1" --timeout 60 -- bash -c '
     modprobe nvme-rdma || exit 3
-    timeout 40 nvme connect -t rdma -a "$1" -s "$3" -n "$2" >/dev/null || exit 4
+    timeout 40 nvme connect -t rdma -a "$1" -s "$3" -n "$2" "${@:4}" >/dev/null || exit 4
     for i in $(seq 1 200); do   # the namespace'"'"'s block device: its subsystem is NQN (multipath head)
       for b in /sys/block/nvme*n*; do
         n=${b##*/}
@@ -995,7 +997,20 @@ nvmf_connect() {
       done
       sleep 0.1
     done
-    echo "no block device of $2 after 20 s" >&2; exit 5' _ "$1" "$2" "$NVMF_PORT"
+    echo "no block device of $2 after 20 s" >&2; exit 5' _ "$1" "$2" "$NVMF_PORT" "${@:3}"
+}
+# nvmf_ctrl_wait NQN STATE|!STATE SECONDS: waits (bounded) in G1 until the controller of NQN is in
+# STATE (or, with !, in any other state or gone); prints the state it ended in; 1 on timeout.
+nvmf_ctrl_wait() {
+  rx $(($3 + 30)) exec "$G1" --timeout $(($3 + 10)) -- bash -c '
+    st() { for c in /sys/class/nvme/nvme*; do
+             [ "$(cat "$c/subsysnqn" 2>/dev/null)" = "$1" ] && { cat "$c/state"; return; }; done; echo gone; }
+    for i in $(seq 1 $(($3 * 5))); do
+      s=$(st "$1")
+      if [[ $2 == !* ]]; then [ "$s" != "${2#!}" ] && { echo "$s"; exit 0; }; else [ "$s" = "$2" ] && { echo "$s"; exit 0; }; fi
+      sleep 0.2
+    done
+    echo "$s"; exit 1' _ "$1" "$2" "$3"
 }
 nvmf_disconnect() {  # nvmf_disconnect NQN
   rx 60 exec "$G1" --timeout 40 -- timeout 30 nvme disconnect -n "$1"
@@ -1084,54 +1099,123 @@ run_nvmf_perf() {
     FAILS=$((FAILS + 1))
     PERF_ROWS+=("kernel nvmet-rdma ($G2): FAIL (nvmet setup, see $OUT/nvmf-perf-nvmet-setup.log)")
   fi
+  # G2 stays up (idle) through droce-nvmf's runs: the machine's load stays as it was.
   rx 60 exec "$G2" --timeout 40 -- bash "$NVMETSETUP" down >/dev/null 2>&1
-  rx 60 stop "$G2" >/dev/null 2>&1   # one guest less on the CPU for droce's run
   nvmf_perf_droce
 }
 
-# nvmf_perf_droce: droce-nvmf on dpdk0 ($DROCE_IP, config/nvmf.toml: one RAM namespace); the same
-# fio runs from G1; then SIGTERM, and droce-nvmf must exit 0 with its hosts disconnected.
-nvmf_perf_droce() {
-  local label="droce-nvmf ($DROCE_IP)" qd log=$OUT/nvmf-perf-droce-nvmf.log cfg=$root/config/nvmf.toml nqn i rc
-  nqn=$(sed -n 's/^nqn *= *"\(.*\)".*/\1/p' "$cfg" 2>/dev/null | head -n 1)
-  if [ ! -x "$NVMF_APP" ] || [ -z "$nqn" ]; then
-    for qd in 1 32; do
-      FAILS=$((FAILS + 1))
-      PERF_ROWS+=("$(printf '%-30s %-4s %-8s %-10s %-10s %-12s %s' "$label" "$qd" - - - - "FAIL (droce-nvmf or $cfg missing)")")
-    done
-    return 1
-  fi
-  echo "== droce-nvmf on $IFACE ($DROCE_IP, $cfg)"
+# nvmf_droce_start LOG: droce-nvmf on dpdk0 ($DROCE_IP, config/nvmf.toml), in the background
+# (DROCE_PID), until it listens (bounded); 1 when it did not come up.
+nvmf_droce_start() {
+  local log=$1 i
   ip netns exec "$NS" timeout -k 5 900 "$AFP_RUN" "$IFACE" "$NVMF_APP" --device "net_af_packet0,iface=$IFACE" \
-    --ip "$DROCE_IP" -c "$cfg" >"$log" 2>&1 &
+    --ip "$DROCE_IP" -c "$NVMF_CFG" >"$log" 2>&1 &
   DROCE_PID=$!
   for i in $(seq 1 300); do
-    grep -q "droce-nvmf: listening" "$log" 2>/dev/null && break
+    grep -q "droce-nvmf: listening" "$log" 2>/dev/null && return 0
     kill -0 "$DROCE_PID" 2>/dev/null || break
     sleep 0.1
   done
-  if ! grep -q "droce-nvmf: listening" "$log" 2>/dev/null; then
-    echo "   droce-nvmf did not start:"; tail -n 10 "$log" | sed 's/^/   /'
-    kill -TERM "$DROCE_PID" 2>/dev/null; wait "$DROCE_PID" 2>/dev/null; DROCE_PID=
-    for qd in 1 32; do
-      FAILS=$((FAILS + 1))
-      PERF_ROWS+=("$(printf '%-30s %-4s %-8s %-10s %-10s %-12s %s' "$label" "$qd" - - - - "FAIL (droce-nvmf did not start)")")
-    done
-    return 1
-  fi
-  nvmf_perf_target droce "$label" "$DROCE_IP" "$nqn"
+  echo "   droce-nvmf did not start ($log):"; tail -n 10 "$log" | sed 's/^/   /'
+  nvmf_droce_stop
+  return 1
+}
+# nvmf_droce_stop: SIGTERM (droce-nvmf disconnects its hosts, waits for them at most 5 s, prints its
+# counters, exits 0), SIGKILL after 20 s; returns droce-nvmf's exit status.
+nvmf_droce_stop() {
+  local i rc
+  [ -n "$DROCE_PID" ] || return 0
   kill -TERM "$DROCE_PID" 2>/dev/null
   for i in $(seq 1 200); do kill -0 "$DROCE_PID" 2>/dev/null || break; sleep 0.1; done
   kill -KILL "$DROCE_PID" 2>/dev/null
   wait "$DROCE_PID"
   rc=$?
   DROCE_PID=
+  return $rc
+}
+NVMF_CFG=${INTEROP_NVMF_CONFIG:-$root/config/nvmf.toml}  # droce-nvmf's config: its first subsystem NQN is the one connected
+DROCE_PID=
+
+# nvmf_perf_droce: droce-nvmf (a RAM namespace); the same fio runs from G1; then the SIGTERM case.
+nvmf_perf_droce() {
+  local label="droce-nvmf ($DROCE_IP)" qd log=$OUT/nvmf-perf-droce-nvmf.log nqn rc
+  nqn=$(sed -n 's/^nqn *= *"\(.*\)".*/\1/p' "$NVMF_CFG" 2>/dev/null | head -n 1)
+  local why=""
+  if [ ! -x "$NVMF_APP" ] || [ -z "$nqn" ]; then why="droce-nvmf or $NVMF_CFG missing"
+  else
+    echo "== droce-nvmf on $IFACE ($DROCE_IP, $NVMF_CFG)"
+    nvmf_droce_start "$log" || why="droce-nvmf did not start"
+  fi
+  if [ -n "$why" ]; then
+    for qd in 1 32; do
+      FAILS=$((FAILS + 1))
+      PERF_ROWS+=("$(printf '%-30s %-4s %-8s %-10s %-10s %-12s %s' "$label" "$qd" - - - - "FAIL ($why)")")
+    done
+    return 1
+  fi
+  nvmf_perf_target droce "$label" "$DROCE_IP" "$nqn"
+  nvmf_droce_stop
+  rc=$?
   if [ "$rc" -ne 0 ]; then
     echo "   droce-nvmf exited with $rc after SIGTERM (see $log)"
     PERF_ROWS[-1]="${PERF_ROWS[-1]/PASS/FAIL} (droce-nvmf exit $rc)"
     FAILS=$((FAILS + 1))
   fi
   grep "^droce-nvmf: queue\|^droce-nvmf: connect" "$log" | sed 's/^/   /'
+  nvmf_sigterm "$nqn"
+}
+
+# nvmf_sigterm NQN: droce-nvmf gets SIGTERM while G1 is connected (idle, --reconnect-delay=2, and a
+# keep-alive timeout of 60 s so that only a disconnect from the target can end the connection
+# early). droce-nvmf must exit 0 having sent its host a disconnect (its counters: "disconnects
+# sent" >= 1, none left after its 5 s wait); the host must leave "live" within 20 s (it saw the
+# disconnect: error recovery, reconnect attempts) instead of hanging on a dead target; once droce-nvmf is started
+# again the host must be live again by itself within 60 s and read 64 KiB (O_DIRECT); nvme
+# disconnect must return; G1's log may show the recovery (error recovery, reconnecting, failed
+# attempts while the target is down, reconnected) and nothing else of NVMe's errors.
+nvmf_sigterm() {
+  local nqn=$1 res=PASS why=() dev st1 st2 rc sent t0 left back log1=$OUT/nvmf-sigterm-1.log log2=$OUT/nvmf-sigterm-2.log errs
+  echo "== nvmf_sigterm: droce-nvmf gets SIGTERM while $G1 is connected"
+  nvmf_dmesg_clear "$G1"
+  if ! nvmf_droce_start "$log1"; then why+=("droce-nvmf did not start")
+  elif ! dev=$(nvmf_connect "$DROCE_IP" "$nqn" --reconnect-delay=2 --ctrl-loss-tmo=120 --keep-alive-tmo=60 2>"$OUT/nvmf-sigterm-connect.log"); then
+    why+=("nvme connect failed: $(tail -n 1 "$OUT/nvmf-sigterm-connect.log")")
+    nvmf_droce_stop
+  else
+    t0=$(date +%s)
+    nvmf_droce_stop
+    rc=$?
+    sent=$(sed -n 's/.*disconnects sent \([0-9]*\).*/\1/p' "$log1" | tail -n 1)
+    [ "$rc" -eq 0 ] || why+=("droce-nvmf exit $rc")
+    [ "${sent:-0}" -ge 1 ] || why+=("droce-nvmf sent no disconnect")
+    grep -q "not disconnected" "$log1" && why+=("$(grep -m1 "not disconnected" "$log1")")
+    st1=$(nvmf_ctrl_wait "$nqn" '!live' 20) || why+=("the host still sees the controller live 20 s after SIGTERM")
+    left=$(($(date +%s) - t0))
+    t0=$(date +%s)
+    if nvmf_droce_start "$log2"; then
+      if st2=$(nvmf_ctrl_wait "$nqn" live 60); then
+        back=$(($(date +%s) - t0))
+        rx 60 exec "$G1" --timeout 40 -- timeout 30 dd if="$dev" of=/dev/null bs=4k count=16 iflag=direct \
+          >"$OUT/nvmf-sigterm-dd.log" 2>&1 || why+=("read after the reconnect failed")
+      else
+        why+=("the host did not reconnect within 60 s (state $st2)")
+      fi
+    else
+      why+=("droce-nvmf did not start again")
+    fi
+    nvmf_disconnect "$nqn" >"$OUT/nvmf-sigterm-disconnect.log" 2>&1 || why+=("nvme disconnect failed")
+    nvmf_droce_stop || why+=("droce-nvmf (second) exit $?")
+  fi
+  errs=$(nvmf_dmesg_errors "$G1" | grep -vE 'starting error recovery|Reconnecting in [0-9]+ seconds|Successfully reconnected|Failed reconnect attempt|rdma connection establishment failed|rdma_resolve_addr wait failed|address resolved failed|Connect rejected')
+  if [ -n "$errs" ]; then
+    why+=("NVMe errors in $G1's log")
+    printf '%s\n' "$errs" >"$OUT/nvmf-sigterm-$G1.dmesg-errors"
+    printf '%s\n' "$errs" | head -n 10 | sed 's/^/   /'
+  fi
+  if ((${#why[@]})); then res=FAIL; FAILS=$((FAILS + 1)); printf '   FAILED: %s\n' "${why[@]}"; fi
+  row nvmf_sigterm nvmf r2d 1024 0 - "$res" "host ${st1:-?} ${left:-?} s after SIGTERM, live again ${back:-?} s after restart" \
+    "droce-nvmf exit ${rc:-?}, disconnects sent ${sent:-?}"
+  [ $res = PASS ]
 }
 
 # print_nvmf_perf: the NVMe-oF table (PERF_ROWS).
@@ -1149,7 +1233,11 @@ if [ $mode = nvmf_perf ]; then
   echo
   echo "interop results (--nvmf-perf, $(( ($(date +%s) - t_start) / 60 )) min; droce-nvmf $DROCE_IP on $IFACE, kernel target $G2 $G2_IP, host $G1 $G1_IP; logs in $OUT)"
   print_nvmf_perf
-  echo "${#PERF_ROWS[@]} runs, $FAILS failed"
+  if ((${#ROWS[@]})); then
+    printf '%-27s %-5s %-11s %-5s %-10s %-7s %-5s %s\n' test via direction MTU loss/mode size result "figures | checks"
+    for r in "${ROWS[@]}"; do echo "$r"; done
+  fi
+  echo "$((${#PERF_ROWS[@]} + ${#ROWS[@]})) runs, $FAILS failed"
   [ "$FAILS" -eq 0 ]
   exit
 fi
