@@ -192,7 +192,8 @@ bool parse_uuid(std::string_view s, std::array<uint8_t, 16>& out) noexcept {
   return o == 16;
 }
 
-NvmfConfig parse_nvmf_config(std::string_view text, std::string_view source) {
+NvmfConfig parse_nvmf_config(std::string_view text, std::string_view source,
+                             const std::vector<std::string>& default_listen) {
   std::string src(source);
   toml::table root;
   try {
@@ -208,6 +209,7 @@ NvmfConfig parse_nvmf_config(std::string_view text, std::string_view source) {
   NvmfConfig c;
   TargetConfig& t = c.target;
   c.listen = k.strings("listen");
+  if (c.listen.empty() && !sec->as_table()->contains("listen")) c.listen = default_listen;
   if (c.listen.empty()) k.fail_key("listen", "missing or empty: the addresses to listen on");
   for (auto& a : c.listen) {
     uint8_t buf[16];

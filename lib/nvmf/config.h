@@ -45,7 +45,10 @@ struct NvmfConfig {
 };
 
 // Parses TOML text (source names it in messages). Throws NvmfConfigError.
-NvmfConfig parse_nvmf_config(std::string_view text, std::string_view source = "<string>");
+// default_listen: the addresses when the file has no `listen` key (droce-nvmf
+// gives its --ip addresses); empty: `listen` is required.
+NvmfConfig parse_nvmf_config(std::string_view text, std::string_view source = "<string>",
+                             const std::vector<std::string>& default_listen = {});
 // Sizes: an integer (bytes) or a string "N", "NKiB", "NMiB", "NGiB", "NTiB".
 // False on anything else or on overflow.
 bool parse_size(std::string_view s, uint64_t& bytes) noexcept;

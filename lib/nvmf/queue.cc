@@ -6,11 +6,11 @@
 namespace droce::nvmf {
 
 Queue::Queue(Target& t, const QueueConfig& c, std::span<uint8_t> mem) : target_(t), cfg_(c) {
-  slots_.resize(c.depth);
+  slots_.resize(c.slots ? c.slots : c.depth);
   for (size_t i = 0; i < slots_.size(); ++i)
     slots_[i].buf = mem.size() >= (i + 1) * size_t{c.slot_buffer} ? mem.subspan(i * c.slot_buffer, c.slot_buffer)
                                                                   : std::span<uint8_t>{};
-  actions_.resize(size_t{c.depth} * 3);
+  actions_.resize(slots_.size() * 3);
 }
 
 Queue::~Queue() {

@@ -36,6 +36,11 @@ struct QueueConfig {
   // queues; nullptr: such commands are answered Internal Error). The ring
   // outlives the queue.
   IoRing* ring = nullptr;
+  // Request slots, 0: depth. An RDMA glue gives 2 * depth (as Linux's
+  // nvmet-rdma): the host reuses a command slot as soon as it has the
+  // response, possibly before the target has seen its SEND complete (the
+  // ACK lost or late), so a new command can find every slot still Completing.
+  uint16_t slots = 0;
 };
 
 struct QueueCounters {
@@ -54,7 +59,7 @@ class Queue {
   // its completion resumes the request (RDMA WRITE + response, or response).
   enum class State : uint8_t { Free, ReadingFromHost, Deferred, Completing, WaitingForBackend };
 
-  // data_mem: depth * slot_buffer bytes (registered for RDMA by the glue).
+  // data_mem: slots (or depth) * slot_buffer bytes (registered for RDMA by the glue).
   Queue(Target& t, const QueueConfig& c, std::span<uint8_t> data_mem);
   // The admin queue destroys its controller; an I/O queue detaches. File
   // commands still in the IoRing are cancelled and waited for (bounded, 2 s:
@@ -105,7 +110,7 @@ class Queue {
   Target& target_;
   QueueConfig cfg_;
   std::vector<Slot> slots_;
-  std::vector<Action> actions_;  // ring of capacity 3 * depth
+  std::vector<Action> actions_;  // ring of capacity 3 * slots
   size_t act_head_ = 0, act_count_ = 0;
   uint16_t cntlid_ = 0;          // 0: not connected
   uint16_t sq_head_ = 0;
