@@ -580,6 +580,11 @@ cm_cmd() {
     send_bw) CMD=(ib_send_bw "${dev[@]}" -R -F -n "$n" -s 65536 -p "$port" "${srvarg[@]}") ;;
     send_bw_ud) CMD=(ib_send_bw "${dev[@]}" -R -F -c UD -n "$n" -s 512 -p "$port" "${srvarg[@]}") ;;
     read_lat) CMD=(ib_read_lat "${dev[@]}" -R -F -n "$n" -s 2 -p "$port" "${srvarg[@]}") ;;
+    fio_send|fio_write|fio_read)  # fio's rdma engine: the server job reads, the client job writes
+      local verb=${test#fio_} ver=()   # with verb=send the server checks the client's verify headers
+      [ "$verb" = send ] && ver=(--verify=crc32c --verify_state_save=0)
+      if [ "$role" = server ]; then CMD=(fio --thread --ioengine=rdma --bs=64k --size=8m --iodepth=8 --name=s --port="$port" --rw=read "${ver[@]}")
+      else CMD=(fio --thread --ioengine=rdma --bs=64k --size=8m --iodepth=8 --name=c --port="$port" --hostname="$srv" --rw=write --verb="$verb" "${ver[@]}"); fi ;;
     qperf_rc_bw|qperf_rc_lat)
       if [ "$role" = server ]; then CMD=(qperf -lp "$port")
       else CMD=(qperf -lp "$port" "$srv" -cm1 -t 2 "${test#qperf_}"); fi ;;
@@ -649,9 +654,35 @@ cm_wait_listen() {
   return 1
 }
 
+# qperf's control connection is kernel TCP to its server name, the address it also gives
+# rdma_cm. For rxe->droce that is droce's address, which only droced answers (ARP with
+# droce's MAC; the namespace's kernel drops frames to that MAC). qperf_kernel_share on|off
+# lets the kernel of $NS take TCP at droce's address too: $IFACE (droced's af_packet port)
+# gets droce's MAC and address, a blackhole rule drops RoCEv2 (UDP 4791, droced's) in the
+# kernel without an ICMP answer, and no reverse path check (its route to the guests is the
+# bridge); af_packet still hands droced every frame, so the RDMA CM and the data go to
+# droced and qperf's TCP to the host's qperf.
+QPERF_IFACE_MAC=
+qperf_kernel_share() {
+  if [ "$1" = on ]; then
+    QPERF_IFACE_MAC=$(ip netns exec "$NS" cat "/sys/class/net/$IFACE/address")
+    ip -n "$NS" link set "$IFACE" address "$DROCE_MAC" &&
+      ip -n "$NS" addr add "$DROCE_IP/32" dev "$IFACE" &&
+      ip netns exec "$NS" sysctl -qw "net.ipv4.conf.$IFACE.rp_filter=0" net.ipv4.conf.all.rp_filter=0 &&
+      ip -n "$NS" rule add pref 100 iif "$IFACE" ipproto udp dport 4791 blackhole
+  else
+    ip -n "$NS" rule del pref 100 2>/dev/null
+    ip -n "$NS" addr del "$DROCE_IP/32" dev "$IFACE" 2>/dev/null
+    [ -n "$QPERF_IFACE_MAC" ] && ip -n "$NS" link set "$IFACE" address "$QPERF_IFACE_MAC"
+    QPERF_IFACE_MAC=
+  fi
+}
+
 # run_cm TEST DIR MTU LOSS ITERS (MTU: the path MTU the CM negotiates, for the table and filters)
 #   TEST: rping (-v -V: data checked) ucmatose udaddy rdma_server (with rdma_client) cmtime
 #         write_bw send_bw send_bw_ud read_lat (perftest -R) qperf_rc_bw qperf_rc_lat (-cm1)
+#         fio_send fio_write fio_read (fio --ioengine=rdma, 8 MiB; send: verify=crc32c checked
+#         by the server)
 #         rej: a REQ to a port nobody listens on (the client must see REJECTED, the capture a REJ)
 #         rping_kill: the host's rping is killed (SIGKILL) mid-run: the guest's rping must end
 #         (DISCONNECTED or an error), and droced must keep no CM connection (droce-ctl cm)
@@ -678,6 +709,7 @@ run_cm() {
   before=$(mktemp); after=$(mktemp)
   tcounters >"$before"
   loss_on "$loss"
+  [[ $test == qperf_* && $dir == r2d ]] && { qperf_kernel_share on || note="cannot give the kernel droce's address for qperf's TCP"; }
   capture_start "$pcap"
   local host=(ip netns exec "$NS" env LD_LIBRARY_PATH="$RDMACMLIB:$SHIMLIB" DROCE_SOCKET="$VERBS_SOCK")
   local hrc=0 grc=0 job note=""
@@ -740,7 +772,7 @@ run_cm() {
   else
     "${host[@]}" timeout -k 5 "$tmo" "${hcmd[@]}" >"$hlog" 2>&1 &
     HOST_PID=$!
-    if cm_wait_listen host "$port"; then
+    if if [[ $test == qperf_* ]]; then wait_listen host "$port"; else cm_wait_listen host "$port"; fi; then
       rx $((tmo + 30)) exec "$G1" --timeout "$tmo" -- "${gcmd[@]}" >"$glog" 2>&1
       grc=$?
     else
@@ -748,18 +780,19 @@ run_cm() {
       echo "$note" >"$glog"
       grc=99
     fi
-    if [ "$test" = cmtime ]; then
+    if [[ $test == cmtime || $test == qperf_* ]]; then  # servers that run until killed
       kill -TERM "$HOST_PID" 2>/dev/null
     else
       [ "$grc" -eq 0 ] || { sleep 2; kill -TERM "$HOST_PID" 2>/dev/null; }
     fi
     wait "$HOST_PID"
     hrc=$?
-    [ "$test" = cmtime ] && hrc=0
+    [[ $test == cmtime || $test == qperf_* ]] && hrc=0
     HOST_PID=
   fi
   capture_stop
   loss_off "$loss"
+  [[ $test == qperf_* && $dir == r2d ]] && qperf_kernel_share off
   tcounters >"$after"
   local retx
   retx=$(tdelta "$before" "$after")
@@ -778,6 +811,7 @@ run_cm() {
     read_lat) fig=$(perftest_fig "$clog" lat) ;;
     qperf_*) fig=$(grep -E "bw  =|latency  =" "$clog" | sed 's/^ *//' | head -1) ;;
     cmtime) fig="connect $(awk '$1 == "connect" {print $NF}' "$clog") us/conn" ;;
+    fio_*) fig="$(sed -n 's/^ *WRITE: bw=\([^ ]*\) .*/\1/p' "$clog" | head -n 1)" ;;
     rping_kill) fig=$fig_extra ;;
   esac
   local res=PASS
@@ -796,7 +830,8 @@ run_cm() {
        [ "$bad" != 0 ] || [ "$mal" != 0 ] || [ "$ttl" != 0 ] || [ "$cm_sent" -eq 0 ] ||
        { [ "$test" = rping ] && [ "$(grep -c "ping data" "$clog")" -ne "$iters" ]; } ||
        { [[ $test == ucmatose || $test == udaddy ]] && ! grep -q "return status 0" "$hlog"; } ||
-       { [[ $test == ucmatose || $test == udaddy ]] && ! grep -q "return status 0" "$glog"; }; then
+       { [[ $test == ucmatose || $test == udaddy ]] && ! grep -q "return status 0" "$glog"; } ||
+       { [[ $test == fio_* ]] && { ! grep -q "io=8192KiB" "$clog" || ! grep -q "err= 0" "$slog" || grep -q "verify:" "$slog"; }; }; then
     [ "$test" = rping_kill ] && [ -z "$note" ] && grep -qiE "error|failed" "$glog" && [ "$bad" = 0 ] && [ "$mal" = 0 ] &&
       [ "$ttl" = 0 ] && [ "$cm_sent" -ne 0 ] || res=FAIL  # the guest's rping may report the dead peer as an error
   fi
@@ -1226,6 +1261,7 @@ cm_ci() {
   cm_both rping 0 10
   cm_both udaddy 0 10
   cm_both send_bw 0 20
+  cm_both fio_send 0 1
   cm_both rej 0 1
 }
 cm_all() {
@@ -1238,8 +1274,11 @@ cm_all() {
   cm_both read_lat 0 20
   cm_both send_bw 0 20
   cm_both send_bw_ud 0 20
-  cm qperf_rc_bw d2r 0 1   # qperf's server must be reachable over kernel TCP at its RDMA address:
-  cm qperf_rc_lat d2r 0 1  # only the guest's is (see run_cm)
+  cm_both fio_send 0 1
+  cm_both fio_write 0 1
+  cm_both fio_read 0 1
+  cm_both qperf_rc_bw 0 1   # r2d: qperf's TCP to droce's address through qperf_kernel_share
+  cm_both qperf_rc_lat 0 1
   cm_both rping droce:0.01 50
   cm_both rping rxe:1 50
   cm_both rej 0 1
