@@ -36,7 +36,9 @@
 #             the guest's kernel nvme-rdma host: discover, connect, fio randwrite + read with
 #             crc32c verify, ext4 copy + sha256, disconnect, reconnect and read back, a clean
 #             kernel log (nvmf io), the same with 1% loss on droce's side, and 4 KiB randread
-#             IOPS at QD 1 and 32 (nvmf randread). --ci runs the lossless io case (NVMF_IN_CI).
+#             IOPS at QD 1 and 32 (nvmf randread), each case failing on an NVMe error in the guest's
+#             kernel log; sigterm: droce-nvmf gets SIGTERM with the host connected (nvmf_sigterm).
+#             --ci runs the lossless io case (NVMF_IN_CI).
 #     --nvmf-perf the NVMe-oF comparison of issue 11 (opt-in, ~5 min under TCG): guest 1 is a Linux
 #             host (nvme-rdma), guest 2 a Linux target (nvmet-rdma, a RAM namespace, set up with
 #             test/interop/rxe-peer/lib/nvmet-setup.sh); the same fio run (4 KiB random read,
@@ -55,7 +57,7 @@
 #   INTEROP_RDMACMLIB (directory of the drop-in librdmacm.so.1, default build/lib/shim/front).
 #   INTEROP_GUEST (the guests' name prefix, default iop: guests iop1 and, for --nvmf-perf, iop2;
 #   guest names are global to the harness's work dir, so concurrent suites in their own
-#   RXEPEER_NS need their own prefix too). INTEROP_NVMF_CONFIG (--nvmf-perf: droce-nvmf's config,
+#   RXEPEER_NS need their own prefix too). INTEROP_NVMF_CONFIG (droce-nvmf's config,
 #   default config/nvmf.toml).
 set -uo pipefail
 { # the whole script is read before it runs: editing it meanwhile cannot change a running suite
@@ -73,7 +75,7 @@ for a in "$@"; do
     --cm) mode=cm ;;
     --nvmf) mode=nvmf ;;
     --keep-guests) keep=1 ;;
-    -h|--help) sed -n '2,55p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,61p' "$0"; exit 0 ;;
     *) echo "interop.sh: unknown option $a" >&2; exit 2 ;;
   esac
 done
@@ -103,7 +105,6 @@ TOOL=$root/build/app/droce-interop/droce-interop
 DUMPTOOL=$root/build/app/droce-dump/droce-dump
 DROCED=$root/build/app/droced/droced
 CTL=$root/build/app/droce-ctl/droce-ctl
-NVMF_APP=$root/build/app/droce-nvmf/droce-nvmf
 AFP_RUN=$here/afpacket-run  # a process id whose af_packet fanout group id is free in the namespace
 SHIMLIB=$root/build/lib/shim/front
 RDMACMLIB=${INTEROP_RDMACMLIB:-$SHIMLIB}  # the drop-in librdmacm.so.1 (built beside libibverbs.so.1)
@@ -113,7 +114,7 @@ CM_IN_CI=1
 CM_IN_FULL=0
 NVMF_IN_CI=1  # the lossless NVMe-oF io case joins --ci
 NVMF_TOOL=$root/build/app/droce-nvmf/droce-nvmf
-NVMF_CFG=$root/config/nvmf.toml
+NVMF_CFG=${INTEROP_NVMF_CONFIG:-$root/config/nvmf.toml}  # --nvmf-perf connects to its first subsystem
 NVMF_NQN=nqn.2026-12.org.droce:ram0  # config/nvmf.toml's subsystem
 NVMF_GUEST=$root/scripts/interop-nvmf-guest.sh
 CTL_SOCK=/run/droce/interop-ctl.sock      # as in config/interop-rxe*.toml
@@ -165,7 +166,7 @@ if [ $cm_runs = 1 ]; then
 fi
 if [ $mode = nvmf_perf ]; then
   for b in nvme fio python3; do command -v "$b" >/dev/null || cannot_run "$b is not installed on the host (nvme-cli, fio: the guests run the host's)"; done
-  [ -x "$NVMF_APP" ] || { [ -f "$root/build/build.ninja" ] && timeout 1800 ninja -C "$root/build" -j2 app/droce-nvmf/droce-nvmf >/dev/null 2>&1; }
+  [ -x "$NVMF_TOOL" ] || { [ -f "$root/build/build.ninja" ] && timeout 1800 ninja -C "$root/build" -j2 app/droce-nvmf/droce-nvmf >/dev/null 2>&1; }
 fi
 mkdir -p "$OUT"
 rm -f "$OUT"/*.pcap "$OUT"/*.log "$OUT"/nvmf-perf-*
@@ -582,8 +583,10 @@ cm_cmd() {
     fio_send|fio_write|fio_read)  # fio's rdma engine: the server job reads, the client job writes
       local verb=${test#fio_} ver=()   # with verb=send the server checks the client's verify headers
       [ "$verb" = send ] && ver=(--verify=crc32c --verify_state_save=0)
-      if [ "$role" = server ]; then CMD=(fio --thread --ioengine=rdma --bs=64k --size=8m --iodepth=8 --name=s --port="$port" --rw=read "${ver[@]}")
-      else CMD=(fio --thread --ioengine=rdma --bs=64k --size=8m --iodepth=8 --name=c --port="$port" --hostname="$srv" --rw=write --verb="$verb" "${ver[@]}"); fi ;;
+      # fio connects with rnr_retry_count 0: the server's 64 receives for the client's 4 in
+      # flight are its slack (see test/engine/cm_pair.sh)
+      if [ "$role" = server ]; then CMD=(fio --thread --ioengine=rdma --bs=64k --size=8m --iodepth=64 --name=s --port="$port" --rw=read "${ver[@]}")
+      else CMD=(fio --thread --ioengine=rdma --bs=64k --size=8m --iodepth=4 --name=c --port="$port" --hostname="$srv" --rw=write --verb="$verb" "${ver[@]}"); fi ;;
     qperf_rc_bw|qperf_rc_lat)
       if [ "$role" = server ]; then CMD=(qperf -lp "$port")
       else CMD=(qperf -lp "$port" "$srv" -cm1 -t 2 "${test#qperf_}"); fi ;;
@@ -908,6 +911,7 @@ run_nvmf() {
   [ "$loss" = 0 ] || tmo=600
   echo "== NVMe-oF $test loss $loss: guest nvme-rdma -> droce-nvmf $DROCE_IP:4420 ($NVMF_NQN)"
   local note="" step n=0 bad=0 mal=0 ttl=0 fig=""
+  nvmf_dmesg_clear "$G1"  # the kernel log checked after the case is this case's
   start_nvmf "$loss" "$dlog" || note="droce-nvmf did not start"
   # phase PCAPSUFFIX STEP...: runs guest steps under one capture, stops at the first failure
   phase() {
@@ -945,6 +949,12 @@ run_nvmf() {
   local qerr
   qerr=$(awk '/^droce-nvmf: queue/ { for (i = 1; i <= NF; i++) if ($i ~ /^(short|overflow|bad_completions|recv_errors|post_errors|wc_errors)$/ && $(i + 1) != 0) print $i "=" $(i + 1) }' "$dlog" | sort | uniq -c | tr -s ' \n' ' ')
   [ -z "$qerr" ] || [ "$loss" != 0 ] || note="${note:-droce-nvmf queue counters: $qerr}"
+  local kerr
+  kerr=$(nvmf_dmesg_errors "$G1")
+  if [ -n "$kerr" ]; then
+    printf '%s\n' "$kerr" >"$OUT/$tag.dmesg-errors"
+    note="${note:-NVMe errors in the kernel log of $G1: $(printf '%s' "$kerr" | head -n 1)}"
+  fi
   local res=PASS
   if [ -n "$note" ] || [ "$bad" != 0 ] || [ "$mal" != 0 ] || [ "$ttl" != 0 ] || [ "$n" -eq 0 ]; then
     res=FAIL
@@ -1139,47 +1149,15 @@ run_nvmf_perf() {
   nvmf_perf_droce
 }
 
-# nvmf_droce_start LOG: droce-nvmf on dpdk0 ($DROCE_IP, config/nvmf.toml), in the background
-# (DROCE_PID), until it listens (bounded); 1 when it did not come up.
-nvmf_droce_start() {
-  local log=$1 i
-  ip netns exec "$NS" timeout -k 5 900 "$AFP_RUN" "$IFACE" "$NVMF_APP" --device "net_af_packet0,iface=$IFACE" \
-    --ip "$DROCE_IP" -c "$NVMF_CFG" >"$log" 2>&1 &
-  DROCE_PID=$!
-  for i in $(seq 1 300); do
-    grep -q "droce-nvmf: listening" "$log" 2>/dev/null && return 0
-    kill -0 "$DROCE_PID" 2>/dev/null || break
-    sleep 0.1
-  done
-  echo "   droce-nvmf did not start ($log):"; tail -n 10 "$log" | sed 's/^/   /'
-  nvmf_droce_stop
-  return 1
-}
-# nvmf_droce_stop: SIGTERM (droce-nvmf disconnects its hosts, waits for them at most 5 s, prints its
-# counters, exits 0), SIGKILL after 20 s; returns droce-nvmf's exit status.
-nvmf_droce_stop() {
-  local i rc
-  [ -n "$DROCE_PID" ] || return 0
-  kill -TERM "$DROCE_PID" 2>/dev/null
-  for i in $(seq 1 200); do kill -0 "$DROCE_PID" 2>/dev/null || break; sleep 0.1; done
-  kill -KILL "$DROCE_PID" 2>/dev/null
-  wait "$DROCE_PID"
-  rc=$?
-  DROCE_PID=
-  return $rc
-}
-NVMF_CFG=${INTEROP_NVMF_CONFIG:-$root/config/nvmf.toml}  # droce-nvmf's config: its first subsystem NQN is the one connected
-DROCE_PID=
-
-# nvmf_perf_droce: droce-nvmf (a RAM namespace); the same fio runs from G1; then the SIGTERM case.
+# nvmf_perf_droce: droce-nvmf (a RAM namespace); the same fio runs from G1.
 nvmf_perf_droce() {
   local label="droce-nvmf ($DROCE_IP)" qd log=$OUT/nvmf-perf-droce-nvmf.log nqn rc
   nqn=$(sed -n 's/^nqn *= *"\(.*\)".*/\1/p' "$NVMF_CFG" 2>/dev/null | head -n 1)
   local why=""
-  if [ ! -x "$NVMF_APP" ] || [ -z "$nqn" ]; then why="droce-nvmf or $NVMF_CFG missing"
+  if [ ! -x "$NVMF_TOOL" ] || [ -z "$nqn" ]; then why="droce-nvmf or $NVMF_CFG missing"
   else
     echo "== droce-nvmf on $IFACE ($DROCE_IP, $NVMF_CFG)"
-    nvmf_droce_start "$log" || why="droce-nvmf did not start"
+    start_nvmf 0 "$log" || why="droce-nvmf did not start"
   fi
   if [ -n "$why" ]; then
     for qd in 1 32; do
@@ -1189,7 +1167,7 @@ nvmf_perf_droce() {
     return 1
   fi
   nvmf_perf_target droce "$label" "$DROCE_IP" "$nqn"
-  nvmf_droce_stop
+  stop_nvmf
   rc=$?
   if [ "$rc" -ne 0 ]; then
     echo "   droce-nvmf exited with $rc after SIGTERM (see $log)"
@@ -1197,10 +1175,9 @@ nvmf_perf_droce() {
     FAILS=$((FAILS + 1))
   fi
   grep "^droce-nvmf: queue\|^droce-nvmf: connect" "$log" | sed 's/^/   /'
-  nvmf_sigterm "$nqn"
 }
 
-# nvmf_sigterm NQN: droce-nvmf gets SIGTERM while G1 is connected (idle, --reconnect-delay=2, and a
+# nvmf_sigterm (--nvmf): droce-nvmf gets SIGTERM while G1 is connected (idle, --reconnect-delay=2, and a
 # keep-alive timeout of 60 s so that only a disconnect from the target can end the connection
 # early). droce-nvmf must exit 0 having sent its host a disconnect (its counters: "disconnects
 # sent" >= 1, none left after its 5 s wait); the host must leave "live" within 20 s (it saw the
@@ -1209,16 +1186,16 @@ nvmf_perf_droce() {
 # disconnect must return; G1's log may show the recovery (error recovery, reconnecting, failed
 # attempts while the target is down, reconnected) and nothing else of NVMe's errors.
 nvmf_sigterm() {
-  local nqn=$1 res=PASS why=() dev st1 st2 rc sent t0 left back log1=$OUT/nvmf-sigterm-1.log log2=$OUT/nvmf-sigterm-2.log errs
+  local nqn=$NVMF_NQN res=PASS why=() dev st1 st2 rc sent t0 left back log1=$OUT/nvmf-sigterm-1.log log2=$OUT/nvmf-sigterm-2.log errs
   echo "== nvmf_sigterm: droce-nvmf gets SIGTERM while $G1 is connected"
   nvmf_dmesg_clear "$G1"
-  if ! nvmf_droce_start "$log1"; then why+=("droce-nvmf did not start")
+  if ! start_nvmf 0 "$log1"; then why+=("droce-nvmf did not start")
   elif ! dev=$(nvmf_connect "$DROCE_IP" "$nqn" --reconnect-delay=2 --ctrl-loss-tmo=120 --keep-alive-tmo=60 2>"$OUT/nvmf-sigterm-connect.log"); then
     why+=("nvme connect failed: $(tail -n 1 "$OUT/nvmf-sigterm-connect.log")")
-    nvmf_droce_stop
+    stop_nvmf
   else
     t0=$(date +%s)
-    nvmf_droce_stop
+    stop_nvmf
     rc=$?
     sent=$(sed -n 's/.*disconnects sent \([0-9]*\).*/\1/p' "$log1" | tail -n 1)
     [ "$rc" -eq 0 ] || why+=("droce-nvmf exit $rc")
@@ -1227,7 +1204,7 @@ nvmf_sigterm() {
     st1=$(nvmf_ctrl_wait "$nqn" '!live' 20) || why+=("the host still sees the controller live 20 s after SIGTERM")
     left=$(($(date +%s) - t0))
     t0=$(date +%s)
-    if nvmf_droce_start "$log2"; then
+    if start_nvmf 0 "$log2"; then
       if st2=$(nvmf_ctrl_wait "$nqn" live 60); then
         back=$(($(date +%s) - t0))
         rx 60 exec "$G1" --timeout 40 -- timeout 30 dd if="$dev" of=/dev/null bs=4k count=16 iflag=direct \
@@ -1239,7 +1216,7 @@ nvmf_sigterm() {
       why+=("droce-nvmf did not start again")
     fi
     nvmf_disconnect "$nqn" >"$OUT/nvmf-sigterm-disconnect.log" 2>&1 || why+=("nvme disconnect failed")
-    nvmf_droce_stop || why+=("droce-nvmf (second) exit $?")
+    stop_nvmf || why+=("droce-nvmf (second) exit $?")
   fi
   errs=$(nvmf_dmesg_errors "$G1" | grep -vE 'starting error recovery|Reconnecting in [0-9]+ seconds|Successfully reconnected|Failed reconnect attempt|rdma connection establishment failed|rdma_resolve_addr wait failed|address resolved failed|Connect rejected')
   if [ -n "$errs" ]; then
@@ -1317,6 +1294,7 @@ nvmf_all() {
   nvmf io 0
   nvmf io droce:0.01
   nvmf randread 0
+  run_case nvmf_sigterm sigterm r2d "$CUR_MTU" 0
 }
 if [ $mode = cm ]; then
   cm_all

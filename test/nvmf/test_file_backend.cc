@@ -450,6 +450,15 @@ TEST_CASE("file backend: out-of-range LBAs, a file cut short, kernel errors, wri
   CHECK(r.run(r.h.read(*r.io, 3, 0, 8, &key)).status.ok());
   CHECK(r.h.mem[key] == a);
   CHECK(file_bytes(r.img, 0, 4096) == a);
+  // Identify Namespace says so (NSATTR bit 0), as nvmet does; the writable ones do not.
+  for (uint32_t nsid : {1u, 3u}) {
+    Sqe id = r.h.cmd(0x06, nsid);
+    id.cdw10 = 0;
+    uint32_t kid = r.h.region(std::vector<uint8_t>(4096, 0xff));
+    Host::keyed(id, kid, 4096);
+    REQUIRE(r.h.wait(*r.admin, nullptr, r.h.send(*r.admin, id)).status.ok());
+    CHECK(r.h.mem[kid][idns::kNsattr] == (nsid == 3 ? 1 : 0));
+  }
 
   // errno -> status as Linux's nvmet (errno_to_nvme_status).
   CHECK(file_errno_status(0) == sc::kSuccess);
