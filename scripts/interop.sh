@@ -21,7 +21,7 @@
 # $OUT/interop-droce-to-rxe.pcap (d2r runs) and $OUT/interop-rxe-to-droce.pcap.
 # Prints a table at the end.
 #
-#   scripts/interop.sh [--ci | --full | --cm] [--keep-guests]
+#   scripts/interop.sh [--ci | --full | --cm | --nvmf-perf] [--keep-guests]
 #     --ci    (default) the CI subset, MTU 1024: every tool once per direction, sizes up
 #             to 64 KiB, few iterations, one 1% loss run per side, RNR, IPv6; well under
 #             15 minutes under TCG
@@ -32,6 +32,17 @@
 #             librdmacm.so.1, both directions, 1% loss per side (rping), a REQ nobody listens
 #             to (REJ), a killed host program. --ci runs rping, udaddy, ib_send_bw -R and the
 #             REJ both ways (cm_ci, CM_IN_CI); --full all of them once CM_IN_FULL is 1.
+#     --nvmf  only the NVMe-oF runs (issue 11): app/droce-nvmf (config/nvmf.toml) as the target,
+#             the guest's kernel nvme-rdma host: discover, connect, fio randwrite + read with
+#             crc32c verify, ext4 copy + sha256, disconnect, reconnect and read back, a clean
+#             kernel log (nvmf io), the same with 1% loss on droce's side, and 4 KiB randread
+#             IOPS at QD 1 and 32 (nvmf randread). --ci runs the lossless io case (NVMF_IN_CI).
+#     --nvmf-perf the NVMe-oF comparison of issue 11 (opt-in, ~5 min under TCG): guest 1 is a Linux
+#             host (nvme-rdma), guest 2 a Linux target (nvmet-rdma, a RAM namespace, set up with
+#             test/interop/rxe-peer/lib/nvmet-setup.sh); the same fio run (4 KiB random read,
+#             libaio, direct, 10 s, queue depth 1 and 32) against the kernel target and against
+#             droce-nvmf; a table of IOPS, p50/p99 latency and droce/kernel. A droce row below
+#             the kernel's IOPS fails; so does an NVMe error in a guest's kernel log.
 # Exit status: 0 all passed, 1 a run failed or the suite could not run (harness not set
 # up, QEMU missing, the guest does not boot: scripts/test.sh installs and sets up all of
 # it first, so on a Debian 12 machine that is a failure), 77 skipped only when this is
@@ -42,6 +53,9 @@
 #   matching tests, e.g. 'write_*'), INTEROP_MTU (only runs at this MTU), INTEROP_SKIP (a glob
 #   on TEST:MTU:LOSS:SIZE, extglob allowed: skip those runs, e.g. '@(*_lat:*:0:all|srq_pingpong:*)').
 #   INTEROP_RDMACMLIB (directory of the drop-in librdmacm.so.1, default build/lib/shim/front).
+#   INTEROP_GUEST (the guests' name prefix, default iop: guests iop1 and, for --nvmf-perf, iop2;
+#   guest names are global to the harness's work dir, so concurrent suites in their own
+#   RXEPEER_NS need their own prefix too).
 set -uo pipefail
 { # the whole script is read before it runs: editing it meanwhile cannot change a running suite
 here=$(cd "$(dirname "$0")" && pwd)
@@ -52,11 +66,13 @@ mode=ci
 keep=0
 for a in "$@"; do
   case $a in
+    --nvmf-perf) mode=nvmf_perf ;;
     --ci) mode=ci ;;
     --full) mode=full ;;
     --cm) mode=cm ;;
+    --nvmf) mode=nvmf ;;
     --keep-guests) keep=1 ;;
-    -h|--help) sed -n '2,44p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,55p' "$0"; exit 0 ;;
     *) echo "interop.sh: unknown option $a" >&2; exit 2 ;;
   esac
 done
@@ -86,6 +102,7 @@ TOOL=$root/build/app/droce-interop/droce-interop
 DUMPTOOL=$root/build/app/droce-dump/droce-dump
 DROCED=$root/build/app/droced/droced
 CTL=$root/build/app/droce-ctl/droce-ctl
+NVMF_APP=$root/build/app/droce-nvmf/droce-nvmf
 AFP_RUN=$here/afpacket-run  # a process id whose af_packet fanout group id is free in the namespace
 SHIMLIB=$root/build/lib/shim/front
 RDMACMLIB=${INTEROP_RDMACMLIB:-$SHIMLIB}  # the drop-in librdmacm.so.1 (built beside libibverbs.so.1)
@@ -93,12 +110,19 @@ RDMACMLIB=${INTEROP_RDMACMLIB:-$SHIMLIB}  # the drop-in librdmacm.so.1 (built be
 # runs all of them (--cm runs all of them whatever these say).
 CM_IN_CI=1
 CM_IN_FULL=0
+NVMF_IN_CI=1  # the lossless NVMe-oF io case joins --ci
+NVMF_TOOL=$root/build/app/droce-nvmf/droce-nvmf
+NVMF_CFG=$root/config/nvmf.toml
+NVMF_NQN=nqn.2026-12.org.droce:ram0  # config/nvmf.toml's subsystem
+NVMF_GUEST=$root/scripts/interop-nvmf-guest.sh
 CTL_SOCK=/run/droce/interop-ctl.sock      # as in config/interop-rxe*.toml
 VERBS_SOCK=/run/droce/interop-verbs.sock
 DROCE_MAC=02:00:0a:4d:00:64
 DROCE_IP=10.77.0.100
-G1=iop1
+G1=${INTEROP_GUEST:-iop}1
 G1_IP=10.77.0.1
+G2=${INTEROP_GUEST:-iop}2   # --nvmf-perf: the kernel NVMe-oF target
+G2_IP=10.77.0.2
 BR_IP=10.77.0.254  # the harness's bridge address: kernel TCP of this namespace for the exchanges
 
 [ "$(id -u)" -eq 0 ] || skip "needs root (network namespaces, QEMU)"
@@ -108,7 +132,9 @@ command -v tshark >/dev/null || cannot_run "tshark is not installed"
 [ -f "${RXEPEER_WORK:-/var/tmp/rxe-peer}/setup.env" ] || cannot_run "the harness is not set up (run: $RXEPEER setup)"
 command -v ibv_rc_pingpong >/dev/null && command -v ib_write_bw >/dev/null ||
   cannot_run "ibverbs-utils / perftest are not installed on the host"
-for b in "$TOOL" "$DUMPTOOL" "$DROCED" "$CTL" "$SHIMLIB/libibverbs.so.1"; do
+need=("$TOOL" "$DUMPTOOL" "$DROCED" "$CTL" "$SHIMLIB/libibverbs.so.1")
+[ $mode = nvmf ] && need=("$DUMPTOOL")  # and droce-nvmf, below
+for b in "${need[@]}"; do
   if [ ! -e "$b" ]; then
     [ -f "$root/build/build.ninja" ] && timeout 1800 ninja -C "$root/build" -j2 app/droce-interop/droce-interop app/droce-dump/droce-dump \
       app/droced/droced app/droce-ctl/droce-ctl \
@@ -116,6 +142,14 @@ for b in "$TOOL" "$DUMPTOOL" "$DROCED" "$CTL" "$SHIMLIB/libibverbs.so.1"; do
     [ -e "$b" ] || { echo "interop: $b is not built (and could not be built)" >&2; exit 1; }
   fi
 done
+if [ $mode = nvmf ] || { [ $mode = ci ] && [ $NVMF_IN_CI = 1 ]; }; then
+  command -v nvme >/dev/null || cannot_run "nvme-cli is not installed on the host (the guest runs it)"
+  command -v fio >/dev/null || cannot_run "fio is not installed on the host (the guest runs it)"
+  if [ ! -e "$NVMF_TOOL" ]; then
+    [ -f "$root/build/build.ninja" ] && timeout 1800 ninja -C "$root/build" -j2 app/droce-nvmf/droce-nvmf >/dev/null
+    [ -e "$NVMF_TOOL" ] || { echo "interop: $NVMF_TOOL is not built (and could not be built)" >&2; exit 1; }
+  fi
+fi
 cm_runs=0
 { [ $mode = cm ] || { [ $mode = ci ] && [ $CM_IN_CI = 1 ]; } || { [ $mode = full ] && [ $CM_IN_FULL = 1 ]; }; } && cm_runs=1
 if [ $cm_runs = 1 ]; then
@@ -128,8 +162,12 @@ if [ $cm_runs = 1 ]; then
     [ -e "$RDMACMLIB/librdmacm.so.1" ] || { echo "interop: $RDMACMLIB/librdmacm.so.1 (the drop-in librdmacm) is not built" >&2; exit 1; }
   fi
 fi
+if [ $mode = nvmf_perf ]; then
+  for b in nvme fio python3; do command -v "$b" >/dev/null || cannot_run "$b is not installed on the host (nvme-cli, fio: the guests run the host's)"; done
+  [ -x "$NVMF_APP" ] || { [ -f "$root/build/build.ninja" ] && timeout 1800 ninja -C "$root/build" -j2 app/droce-nvmf/droce-nvmf >/dev/null 2>&1; }
+fi
 mkdir -p "$OUT"
-rm -f "$OUT"/*.pcap "$OUT"/*.log
+rm -f "$OUT"/*.pcap "$OUT"/*.log "$OUT"/nvmf-perf-*
 
 rx() { timeout -k 5 "$1" "$RXEPEER" "${@:2}"; }  # rx SECONDS ARGS...: every harness call bounded
 
@@ -142,6 +180,7 @@ cleanup() {
   [ -n "${DROCE_PID:-}" ] && kill -TERM "$DROCE_PID" 2>/dev/null
   [ -n "${HOST_PID:-}" ] && kill -TERM "$HOST_PID" 2>/dev/null
   stop_droced
+  stop_nvmf
   if [ $keep -eq 0 ]; then
     for g in "${guests[@]}"; do rx 60 stop "$g" >/dev/null 2>&1; done
     rx 30 detach "$IFACE" >/dev/null 2>&1
@@ -769,6 +808,128 @@ run_cm() {
   [ $res = PASS ]
 }
 
+# ---- NVMe over Fabrics (issue 11): the guest's kernel nvme-rdma host against app/droce-nvmf ----
+# droce side: droce-nvmf (config/nvmf.toml: one 128 MiB RAM namespace, any host) on dpdk0 at
+# $DROCE_IP; droced is stopped meanwhile (both would own dpdk0 and the address). Guest side:
+# scripts/interop-nvmf-guest.sh (nvme-cli, fio, mkfs.ext4 of the host's root), one step per call.
+NVMF_PID=
+# start_nvmf LOSS LOG: droce-nvmf (loss droce:P: its injector drops P of received and sent frames).
+start_nvmf() {
+  local loss=$1 log=$2 args=() i
+  stop_droced
+  stop_nvmf
+  case $loss in droce:*) args+=(--fault-drop "${loss#droce:}" --fault-tx-drop "${loss#droce:}") ;; esac
+  ip netns exec "$NS" timeout -k 5 3600 "$AFP_RUN" "$IFACE" "$NVMF_TOOL" --device "net_af_packet0,iface=$IFACE" \
+    --ip "$DROCE_IP" --mac "$DROCE_MAC" -c "$NVMF_CFG" "${args[@]}" -- --no-pci >"$log" 2>&1 &
+  NVMF_PID=$!
+  for i in $(seq 1 200); do
+    grep -q "^droce-nvmf: listening on" "$log" && return 0
+    kill -0 "$NVMF_PID" 2>/dev/null || break
+    sleep 0.1
+  done
+  echo "interop: droce-nvmf did not start ($log):" >&2
+  tail -n 20 "$log" >&2
+  return 1
+}
+# stop_nvmf: SIGTERM to droce-nvmf (it disconnects the hosts, prints its counters, exits 0).
+# Returns its exit status (0 when none ran).
+stop_nvmf() {
+  [ -n "${NVMF_PID:-}" ] || return 0
+  local child i rc
+  child=$(pgrep -P "$NVMF_PID" | head -1)  # timeout's child: afpacket-run exec'd droce-nvmf
+  kill -TERM "${child:-$NVMF_PID}" 2>/dev/null
+  for i in $(seq 1 150); do kill -0 "$NVMF_PID" 2>/dev/null || break; sleep 0.1; done
+  kill -KILL "$NVMF_PID" 2>/dev/null
+  wait "$NVMF_PID" 2>/dev/null
+  rc=$?
+  NVMF_PID=
+  return $rc
+}
+# nvmf_guest SECONDS STEP [ARGS]: one step of interop-nvmf-guest.sh in the guest, its output
+# appended to $NVMF_GLOG.
+nvmf_guest() {
+  local t=$1
+  shift
+  echo "-- $*" >>"$NVMF_GLOG"
+  rx $((t + 30)) exec "$G1" --timeout "$t" -- sh "$NVMF_GUEST" "$1" "$DROCE_IP" "$NVMF_NQN" "${@:2}" >>"$NVMF_GLOG" 2>&1
+}
+# run_nvmf TEST DIR MTU LOSS (DIR is r2d: the guest is the host; MTU: the veth's, as CUR_MTU)
+#   TEST io: discover + connect, fio randwrite 32 MiB (4 KiB, QD 16) with crc32c verify, a read
+#            verify pass, mkfs.ext4 + mount + copy + sha256, nvme disconnect, reconnect, read
+#            back and compare, disconnect; the kernel log must have no NVMe error.
+#        randread: connect, fio 4 KiB randread 10 s at QD 1 and QD 32 (one row each), disconnect.
+#   LOSS: 0 | droce:P
+# Captured: the connect/discover and the file system phases (every frame droce sent checked as
+# elsewhere); the fio phases are left out (hundreds of MB: the checks would outlast the run).
+run_nvmf() {
+  local test=$1 loss=$4 mtu
+  mtu=$([ "$CUR_MTU" -gt 1500 ] && echo 4096 || echo 1024)
+  local tag="nvmf-$test-r2d-${loss//[:.]/_}"
+  local dlog="$OUT/$tag.droce.log"
+  NVMF_GLOG="$OUT/$tag.guest.log"
+  : >"$NVMF_GLOG"
+  local tmo=300
+  [ "$loss" = 0 ] || tmo=600
+  echo "== NVMe-oF $test loss $loss: guest nvme-rdma -> droce-nvmf $DROCE_IP:4420 ($NVMF_NQN)"
+  local note="" step n=0 bad=0 mal=0 ttl=0 fig=""
+  start_nvmf "$loss" "$dlog" || note="droce-nvmf did not start"
+  # phase PCAPSUFFIX STEP...: runs guest steps under one capture, stops at the first failure
+  phase() {
+    local pc=$1 a b c d
+    shift
+    [ -z "$note" ] || return 1
+    [ "$pc" = - ] || capture_start "$OUT/$tag-$pc.pcap"
+    for step in "$@"; do
+      # shellcheck disable=SC2086
+      nvmf_guest "$tmo" $step || { note="guest step '$step' failed"; break; }
+    done
+    if [ "$pc" != - ]; then
+      capture_stop
+      IFS=/ read -r a b c d <<<"$(check_capture "$OUT/$tag-$pc.pcap" "$DROCE_MAC")"
+      n=$((n + ${a:-0})); [ "$b" = 0 ] || bad=$b; [ "$c" = 0 ] || mal=$c; [ "$d" = 0 ] || ttl=$d
+    fi
+    [ -z "$note" ]
+  }
+  if [ "$test" = io ]; then
+    phase connect connect
+    phase - io
+    phase fs fs reread disconnect dmesg
+    local wr rd
+    wr=$(sed -n 's/^fio randwrite-verify: .* write \([0-9]*\) IOPS.*/\1/p' "$NVMF_GLOG" | tail -1)
+    rd=$(sed -n 's/^fio read-verify: .* read \([0-9]*\) IOPS.*/\1/p' "$NVMF_GLOG" | tail -1)
+    fig="fio randwrite ${wr:-?} IOPS, verify read ${rd:-?} IOPS; ext4 sha256 $(grep -q 'reconnected: sha256' "$NVMF_GLOG" && echo "ok after reconnect" || echo "?")"
+  else
+    phase connect connect
+    phase - "randread 1 10" "randread 32 10"
+    phase - disconnect
+  fi
+  [ -z "$note" ] || nvmf_guest 60 disconnect >/dev/null 2>&1
+  stop_nvmf || note="${note:-droce-nvmf did not exit 0 on SIGTERM}"
+  grep -q "^droce-nvmf: connect requests" "$dlog" || note="${note:-droce-nvmf printed no counters}"
+  local qerr
+  qerr=$(awk '/^droce-nvmf: queue/ { for (i = 1; i <= NF; i++) if ($i ~ /^(short|overflow|bad_completions|recv_errors|post_errors|wc_errors)$/ && $(i + 1) != 0) print $i "=" $(i + 1) }' "$dlog" | sort | uniq -c | tr -s ' \n' ' ')
+  [ -z "$qerr" ] || [ "$loss" != 0 ] || note="${note:-droce-nvmf queue counters: $qerr}"
+  local res=PASS
+  if [ -n "$note" ] || [ "$bad" != 0 ] || [ "$mal" != 0 ] || [ "$ttl" != 0 ] || [ "$n" -eq 0 ]; then
+    res=FAIL
+    FAILS=$((FAILS + 1))
+    echo "   FAILED (${note:-capture check}; droce frames $n, bad ICRC $bad, malformed $mal, TTL not 64 $ttl)"
+    grep -v "^EAL\|^TELEMETRY" "$dlog" | tail -n 8 | sed 's/^/   droce: /'
+    tail -n 12 "$NVMF_GLOG" | sed 's/^/   guest: /'
+  fi
+  local check="droce frames $n icrc-bad $bad malformed $mal ttl!=64 $ttl${qerr:+ ($qerr)}"
+  if [ "$test" = io ]; then
+    row nvme_io nvmf r2d "$mtu" "$loss" 32M "$res" "$fig" "$check"
+  else
+    local qd iops
+    for qd in 1 32; do
+      iops=$(sed -n "s/^fio randread-qd$qd: .* read \\([0-9]*\\) IOPS.*/\\1/p" "$NVMF_GLOG" | tail -1)
+      row "randread_4k_qd$qd" nvmf r2d "$mtu" "$loss" 4096 "$res" "${iops:-?} IOPS (fio 10 s, droce-nvmf RAM)" "$check"
+    done
+  fi
+  [ $res = PASS ]
+}
+
 # The guest's virtio-net TX can stall for good under TCG after long bursts (seen at 64 KiB
 # pingpongs: the guest's qdisc counts packets its tap never receives; ping gets no answer).
 guest_ok() {
@@ -805,11 +966,197 @@ shim() { run_case run_shim "$@"; }
 cm() { run_case run_cm "$1" "$2" "$([ "$CUR_MTU" -gt 1500 ] && echo 4096 || echo 1024)" "${@:3}"; }  # cm TEST DIR LOSS ITERS
 cm_both() { cm "$1" d2r "${@:2}"; cm "$1" r2d "${@:2}"; }
 embed() { run_case run_embed "$@"; }
+nvmf() { run_case run_nvmf "$1" r2d "$CUR_MTU" "$2"; }  # nvmf TEST LOSS
 both() { shim "$1" d2r "${@:2}"; shim "$1" r2d "${@:2}"; }  # both TEST MTU LOSS SIZE ITERS [ARGS]
+
+# ---- NVMe over Fabrics performance (issue 11, --nvmf-perf) ----
+# One Linux host (G1: nvme-rdma over rxe0) runs the same fio job against two targets: the Linux
+# kernel's own (G2: nvmet-rdma over rxe0, a memory-backed null_blk namespace, lib/nvmet-setup.sh) and droce-nvmf
+# (a RAM namespace, on dpdk0 at $DROCE_IP). Both at queue depth 1 and 32; the table puts them side
+# by side with droce/kernel. Each guest's kernel log is checked for NVMe errors after each target.
+NVMF_PORT=4420
+NVMF_KNQN=nqn.2026-12.org.droce:interop-kernel-ram
+NVMETSETUP=$root/test/interop/rxe-peer/lib/nvmet-setup.sh
+NVMF_FIO=(--name=randread --rw=randread --bs=4k --ioengine=libaio --direct=1 --runtime=10 --time_based
+          --lat_percentiles=1 --output-format=json)
+PERF_ROWS=()
+declare -A NVMF_IOPS=()
+
+# nvmf_connect ADDR NQN: connects G1 (bounded) and prints the namespace's block device.
+nvmf_connect() {
+  rx 90 exec "$G1" --timeout 60 -- bash -c '
+    modprobe nvme-rdma || exit 3
+    timeout 40 nvme connect -t rdma -a "$1" -s "$3" -n "$2" >/dev/null || exit 4
+    for i in $(seq 1 200); do   # the namespace'"'"'s block device: its subsystem is NQN (multipath head)
+      for b in /sys/block/nvme*n*; do
+        n=${b##*/}
+        [[ $n == nvme*c*n* ]] && continue   # a hidden path of the multipath head
+        [ "$(cat "$b/device/subsysnqn" 2>/dev/null)" = "$2" ] && [ -b "/dev/$n" ] && { echo "/dev/$n"; exit 0; }
+      done
+      sleep 0.1
+    done
+    echo "no block device of $2 after 20 s" >&2; exit 5' _ "$1" "$2" "$NVMF_PORT"
+}
+nvmf_disconnect() {  # nvmf_disconnect NQN
+  rx 60 exec "$G1" --timeout 40 -- timeout 30 nvme disconnect -n "$1"
+}
+# nvmf_dmesg_clear GUEST / nvmf_dmesg_errors GUEST: the NVMe errors in GUEST's kernel log since
+# the last clear (I/O timeouts, resets, reconnects, failed commands, block I/O errors).
+nvmf_dmesg_clear() { rx 30 exec "$1" --timeout 20 -- dmesg -C >/dev/null 2>&1; }
+nvmf_dmesg_errors() {
+  rx 30 exec "$1" --timeout 20 -- dmesg 2>/dev/null |
+    grep -iE 'nvme.*(error|fail|timeout|timed out|abort|reset|reconnect|invalid|unexpected)|nvmet.*(error|fail)|I/O error|blk_update_request|critical'
+}
+
+# nvmf_fio TARGET DEV QD: fio in G1; one PERF_ROWS line (IOPS, p50/p99 of the total latency).
+nvmf_fio() {
+  local target=$1 dev=$2 qd=$3 json=$OUT/nvmf-perf-$1-qd$3.json fig rc
+  echo "== fio 4 KiB randread $target QD $qd 10 s"
+  rx 120 exec "$G1" --timeout 90 -- timeout 80 fio "${NVMF_FIO[@]}" --filename="$dev" --iodepth="$qd" >"$json" 2>"$json.err"
+  rc=$?
+  fig=$(python3 - "$json" <<'PY' 2>/dev/null
+import json, sys
+t = open(sys.argv[1]).read()
+j = json.loads(t[t.index("{"):])
+r = j["jobs"][0]["read"]
+p = (r.get("lat_ns") or {}).get("percentile") or r["clat_ns"]["percentile"]
+print("%.0f %.0f %.0f %d" % (r["iops"], p["50.000000"] / 1e3, p["99.000000"] / 1e3, j["jobs"][0]["error"]))
+PY
+)
+  local iops p50 p99 err res=PASS ratio="" kiops
+  read -r iops p50 p99 err <<<"$fig"
+  if [ "$rc" -ne 0 ] || [ -z "$iops" ] || [ "${err:-1}" != 0 ] || [ "$iops" -le 0 ]; then
+    res=FAIL iops=${iops:-?} p50=${p50:-?} p99=${p99:-?}
+    echo "   fio failed (rc $rc, see $json and $json.err)"; tail -n 5 "$json.err" | sed 's/^/   fio: /'
+  fi
+  NVMF_IOPS[$target-$qd]=$iops
+  kiops=${NVMF_IOPS[kernel-$qd]:-}
+  if [ "$target" != kernel ] && [[ $kiops =~ ^[0-9]+$ && $iops =~ ^[0-9]+$ ]] && [ "$kiops" -gt 0 ]; then
+    ratio=$(awk -v a="$iops" -v b="$kiops" 'BEGIN { printf "%.2f", a / b }')
+    # The issue's requirement: the same fio run does at least as well against droce-nvmf.
+    [ "$iops" -lt "$kiops" ] && { res=FAIL; echo "   droce-nvmf below the kernel target ($iops < $kiops IOPS)"; }
+  fi
+  [ $res = PASS ] || FAILS=$((FAILS + 1))
+  PERF_ROWS+=("$(printf '%-30s %-4s %-8s %-10s %-10s %-12s %s' "$4" "$qd" "$iops" "$p50" "$p99" "${ratio:--}" "$res")")
+  echo "   ${PERF_ROWS[-1]}"
+}
+
+# nvmf_perf_target TARGET LABEL ADDR NQN: connect G1, fio at QD 1 and 32, disconnect, NVMe errors
+# in the guests' logs (G1, and G2 for the kernel target) fail the target's last row.
+nvmf_perf_target() {
+  local target=$1 label=$2 addr=$3 nqn=$4 dev qd errs g
+  nvmf_dmesg_clear "$G1"
+  [ "$target" = kernel ] && nvmf_dmesg_clear "$G2"
+  echo "== nvme connect -t rdma -a $addr -n $nqn ($label)"
+  if ! dev=$(nvmf_connect "$addr" "$nqn" 2>"$OUT/nvmf-perf-$target-connect.log"); then
+    cat "$OUT/nvmf-perf-$target-connect.log" >&2
+    for qd in 1 32; do
+      FAILS=$((FAILS + 1))
+      PERF_ROWS+=("$(printf '%-30s %-4s %-8s %-10s %-10s %-12s %s' "$label" "$qd" - - - - "FAIL (nvme connect)")")
+    done
+    return 1
+  fi
+  echo "   namespace: $dev"
+  for qd in 1 32; do nvmf_fio "$target" "$dev" "$qd" "$label"; done
+  nvmf_disconnect "$nqn" >"$OUT/nvmf-perf-$target-disconnect.log" 2>&1 ||
+    { echo "   nvme disconnect failed"; PERF_ROWS[-1]="${PERF_ROWS[-1]/PASS/FAIL} (nvme disconnect)"; FAILS=$((FAILS + 1)); }
+  for g in "$G1" $([ "$target" = kernel ] && echo "$G2"); do
+    errs=$(nvmf_dmesg_errors "$g")
+    if [ -n "$errs" ]; then
+      echo "   NVMe errors in $g's kernel log:"; printf '%s\n' "$errs" | head -n 10 | sed 's/^/   /'
+      printf '%s\n' "$errs" >"$OUT/nvmf-perf-$target-$g.dmesg-errors"
+      PERF_ROWS[-1]="${PERF_ROWS[-1]/PASS/FAIL} (NVMe errors in $g's log)"
+      FAILS=$((FAILS + 1))
+    fi
+  done
+}
+
+run_nvmf_perf() {
+  boot_guest "$G2" "$G2_IP" 1500
+  boot_guest "$G1" "$G1_IP" 1500
+  echo "== $G2: kernel NVMe-oF target (nvmet-rdma, a memory-backed null_blk namespace)"
+  if rx 90 exec "$G2" --timeout 60 -- bash "$NVMETSETUP" up "$NVMF_KNQN" "$G2_IP" "$NVMF_PORT" \
+       >"$OUT/nvmf-perf-nvmet-setup.log" 2>&1; then
+    sed 's/^/   /' "$OUT/nvmf-perf-nvmet-setup.log"
+    nvmf_perf_target kernel "kernel nvmet-rdma ($G2)" "$G2_IP" "$NVMF_KNQN"
+  else
+    cat "$OUT/nvmf-perf-nvmet-setup.log" >&2
+    FAILS=$((FAILS + 1))
+    PERF_ROWS+=("kernel nvmet-rdma ($G2): FAIL (nvmet setup, see $OUT/nvmf-perf-nvmet-setup.log)")
+  fi
+  rx 60 exec "$G2" --timeout 40 -- bash "$NVMETSETUP" down >/dev/null 2>&1
+  rx 60 stop "$G2" >/dev/null 2>&1   # one guest less on the CPU for droce's run
+  nvmf_perf_droce
+}
+
+# nvmf_perf_droce: droce-nvmf on dpdk0 ($DROCE_IP, config/nvmf.toml: one RAM namespace); the same
+# fio runs from G1; then SIGTERM, and droce-nvmf must exit 0 with its hosts disconnected.
+nvmf_perf_droce() {
+  local label="droce-nvmf ($DROCE_IP)" qd log=$OUT/nvmf-perf-droce-nvmf.log cfg=$root/config/nvmf.toml nqn i rc
+  nqn=$(sed -n 's/^nqn *= *"\(.*\)".*/\1/p' "$cfg" 2>/dev/null | head -n 1)
+  if [ ! -x "$NVMF_APP" ] || [ -z "$nqn" ]; then
+    for qd in 1 32; do
+      FAILS=$((FAILS + 1))
+      PERF_ROWS+=("$(printf '%-30s %-4s %-8s %-10s %-10s %-12s %s' "$label" "$qd" - - - - "FAIL (droce-nvmf or $cfg missing)")")
+    done
+    return 1
+  fi
+  echo "== droce-nvmf on $IFACE ($DROCE_IP, $cfg)"
+  ip netns exec "$NS" timeout -k 5 900 "$AFP_RUN" "$IFACE" "$NVMF_APP" --device "net_af_packet0,iface=$IFACE" \
+    --ip "$DROCE_IP" -c "$cfg" >"$log" 2>&1 &
+  DROCE_PID=$!
+  for i in $(seq 1 300); do
+    grep -q "droce-nvmf: listening" "$log" 2>/dev/null && break
+    kill -0 "$DROCE_PID" 2>/dev/null || break
+    sleep 0.1
+  done
+  if ! grep -q "droce-nvmf: listening" "$log" 2>/dev/null; then
+    echo "   droce-nvmf did not start:"; tail -n 10 "$log" | sed 's/^/   /'
+    kill -TERM "$DROCE_PID" 2>/dev/null; wait "$DROCE_PID" 2>/dev/null; DROCE_PID=
+    for qd in 1 32; do
+      FAILS=$((FAILS + 1))
+      PERF_ROWS+=("$(printf '%-30s %-4s %-8s %-10s %-10s %-12s %s' "$label" "$qd" - - - - "FAIL (droce-nvmf did not start)")")
+    done
+    return 1
+  fi
+  nvmf_perf_target droce "$label" "$DROCE_IP" "$nqn"
+  kill -TERM "$DROCE_PID" 2>/dev/null
+  for i in $(seq 1 200); do kill -0 "$DROCE_PID" 2>/dev/null || break; sleep 0.1; done
+  kill -KILL "$DROCE_PID" 2>/dev/null
+  wait "$DROCE_PID"
+  rc=$?
+  DROCE_PID=
+  if [ "$rc" -ne 0 ]; then
+    echo "   droce-nvmf exited with $rc after SIGTERM (see $log)"
+    PERF_ROWS[-1]="${PERF_ROWS[-1]/PASS/FAIL} (droce-nvmf exit $rc)"
+    FAILS=$((FAILS + 1))
+  fi
+  grep "^droce-nvmf: queue\|^droce-nvmf: connect" "$log" | sed 's/^/   /'
+}
+
+# print_nvmf_perf: the NVMe-oF table (PERF_ROWS).
+print_nvmf_perf() {
+  ((${#PERF_ROWS[@]})) || return 0
+  echo
+  echo "NVMe-oF, the same fio job from host $G1 (Linux nvme-rdma over rxe0) to each target: ${NVMF_FIO[*]:1:4} --time_based --runtime=10;"
+  echo "latency: fio's total (submission to completion, lat_percentiles), us; droce/kernel: IOPS ratio"
+  printf '%-30s %-4s %-8s %-10s %-10s %-12s %s\n' target QD IOPS "p50 us" "p99 us" droce/kernel result
+  for r in "${PERF_ROWS[@]}"; do echo "$r"; done
+}
+if [ $mode = nvmf_perf ]; then
+  t_start=$(date +%s)
+  run_nvmf_perf
+  echo
+  echo "interop results (--nvmf-perf, $(( ($(date +%s) - t_start) / 60 )) min; droce-nvmf $DROCE_IP on $IFACE, kernel target $G2 $G2_IP, host $G1 $G1_IP; logs in $OUT)"
+  print_nvmf_perf
+  echo "${#PERF_ROWS[@]} runs, $FAILS failed"
+  [ "$FAILS" -eq 0 ]
+  exit
+fi
 
 t_start=$(date +%s)
 boot_guest "$G1" "$G1_IP" 1500
-start_droced 1500
+[ $mode = nvmf ] || start_droced 1500
 # The RDMA CM runs: cm TEST DIR LOSS ITERS (run_cm). cm_ci: the part --ci runs (RC with data
 # checked, UD through SIDR, perftest over the CM, a REJ), both ways.
 cm_ci() {
@@ -835,8 +1182,19 @@ cm_all() {
   cm_both rej 0 1
   cm_both rping_kill 0 1
 }
+# The NVMe-oF runs (run_nvmf): nvmf_ci is the part --ci runs.
+nvmf_ci() {
+  nvmf io 0
+}
+nvmf_all() {
+  nvmf io 0
+  nvmf io droce:0.01
+  nvmf randread 0
+}
 if [ $mode = cm ]; then
   cm_all
+elif [ $mode = nvmf ]; then
+  nvmf_all
 elif [ $mode = ci ]; then
   [ $CM_IN_CI = 1 ] && cm_ci
   both rc_pingpong 1024 0 4096 50
@@ -857,6 +1215,7 @@ elif [ $mode = ci ]; then
   shim rc_pingpong r2d 1024 ipv6 4096 20
   embed rc_pingpong d2r 1024 rnr:5 4096 50
   embed rc_pingpong r2d 1024 rnr:5 4096 50
+  [ $NVMF_IN_CI = 1 ] && nvmf_ci
 else
   [ $CM_IN_FULL = 1 ] && cm_all
   for mtu in 1024 4096; do

@@ -170,7 +170,7 @@ int Embedded::connect(QpHandle& qp, const QpPeer& peer) {
   a.path_mtu = qp.opt.mtu;
   a.dest_qp_num = peer.qpn;
   a.rq_psn = peer.psn;
-  a.max_dest_rd_atomic = 16;
+  a.max_dest_rd_atomic = qp.opt.max_dest_rd_atomic;
   a.min_rnr_timer = qp.opt.min_rnr_timer;
   a.ah_attr.dgid = peer.gid;
   a.ah_attr.dmac = peer.mac;
@@ -193,6 +193,19 @@ int Embedded::connect(QpHandle& qp, const QpPeer& peer) {
   m = kQpState | kQpSqPsn;
   if (qp.opt.type == QpType::RC) m |= kQpTimeout | kQpRetryCnt | kQpRnrRetry | kQpMaxQpRdAtomic;
   return qp.eng->modify_qp(qp.qpn, a, m);
+}
+
+int Embedded::connect(QpHandle& qp, const cm::QpParams& p, const wire::MacAddr& mac) {
+  if (p.path_mtu < 1 || p.path_mtu > 5) return EINVAL;
+  qp.opt.mtu = static_cast<verbs::Mtu>(p.path_mtu);
+  qp.opt.psn = p.sq_psn;
+  qp.opt.timeout = p.timeout;
+  qp.opt.retry_cnt = p.retry_cnt;
+  qp.opt.rnr_retry = p.rnr_retry;
+  qp.opt.min_rnr_timer = p.min_rnr_timer;
+  qp.opt.max_rd_atomic = p.max_rd_atomic;
+  qp.opt.max_dest_rd_atomic = p.max_dest_rd_atomic;
+  return connect(qp, QpPeer{p.dest_qpn, p.rq_psn, p.dgid, mac});
 }
 
 int Embedded::destroy_qp(QpHandle& qp) {

@@ -70,6 +70,7 @@ struct QpOptions {
   uint32_t qkey = 0x11111111;
   uint8_t timeout = 14, retry_cnt = 7, rnr_retry = 7, min_rnr_timer = 12;
   uint8_t max_rd_atomic = 16;
+  uint8_t max_dest_rd_atomic = 16;
 };
 
 struct QpHandle {
@@ -110,6 +111,11 @@ class Embedded {
   QpHandle create_qp(uint32_t pd, const QpOptions& o);
   // INIT -> RTR -> RTS towards the peer (MAC resolved when zero). 0 or errno.
   int connect(QpHandle& qp, const QpPeer& peer);
+  // INIT -> RTR -> RTS with what the RDMA CM negotiated (Agent::qp_params, as
+  // rdma_init_qp_attr gives it): peer QPN and PSNs, path MTU, READ depths,
+  // ACK timeout and retries (they replace qp.opt's). mac zero: resolved by
+  // ARP / ND, polling meanwhile (up to 3 s). 0 or errno.
+  int connect(QpHandle& qp, const cm::QpParams& p, const wire::MacAddr& mac = {});
   int destroy_qp(QpHandle& qp);
   int post_send(const QpHandle& qp, const verbs::SendWr& wr) noexcept { return qp.eng->post_send(qp.qpn, wr); }
   int post_recv(const QpHandle& qp, const verbs::RecvWr& wr) noexcept { return qp.eng->post_recv(qp.qpn, wr); }

@@ -192,7 +192,8 @@ bool parse_uuid(std::string_view s, std::array<uint8_t, 16>& out) noexcept {
   return o == 16;
 }
 
-NvmfConfig parse_nvmf_config(std::string_view text, std::string_view source) {
+NvmfConfig parse_nvmf_config(std::string_view text, std::string_view source,
+                             const std::vector<std::string>& default_listen) {
   std::string src(source);
   toml::table root;
   try {
@@ -208,6 +209,7 @@ NvmfConfig parse_nvmf_config(std::string_view text, std::string_view source) {
   NvmfConfig c;
   TargetConfig& t = c.target;
   c.listen = k.strings("listen");
+  if (c.listen.empty() && !sec->as_table()->contains("listen")) c.listen = default_listen;
   if (c.listen.empty()) k.fail_key("listen", "missing or empty: the addresses to listen on");
   for (auto& a : c.listen) {
     uint8_t buf[16];
@@ -249,10 +251,18 @@ void build_target(const NvmfConfig& c, Target& t) {
     for (auto& h : s.hosts) sub.allow_host(h);
     for (size_t j = 0; j < s.namespaces.size(); ++j) {
       const NamespaceSpec& n = s.namespaces[j];
-      if (n.backend != "ram")
+      if (n.backend == "ram") {
+        sub.add_namespace(Namespace::ram(n.ns, s.nqn));
+        continue;
+      }
+      std::unique_ptr<Namespace> ns;
+      try {
+        ns = Namespace::file(n.ns, s.nqn, n.path);
+      } catch (const std::exception& e) {
         throw NvmfConfigError("nvmf config: nvmf.subsystem[" + std::to_string(i) + "].namespace[" + std::to_string(j) +
-                              "].backend: \"" + n.backend + "\" is not supported yet (only \"ram\")");
-      sub.add_namespace(Namespace::ram(n.ns, s.nqn));
+                              "].path: " + e.what());
+      }
+      sub.add_namespace(std::move(ns));
     }
   }
 }

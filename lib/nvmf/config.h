@@ -45,14 +45,18 @@ struct NvmfConfig {
 };
 
 // Parses TOML text (source names it in messages). Throws NvmfConfigError.
-NvmfConfig parse_nvmf_config(std::string_view text, std::string_view source = "<string>");
+// default_listen: the addresses when the file has no `listen` key (droce-nvmf
+// gives its --ip addresses); empty: `listen` is required.
+NvmfConfig parse_nvmf_config(std::string_view text, std::string_view source = "<string>",
+                             const std::vector<std::string>& default_listen = {});
 // Sizes: an integer (bytes) or a string "N", "NKiB", "NMiB", "NGiB", "NTiB".
 // False on anything else or on overflow.
 bool parse_size(std::string_view s, uint64_t& bytes) noexcept;
 // "xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" (hex, any case).
 bool parse_uuid(std::string_view s, std::array<uint8_t, 16>& out) noexcept;
-// Creates the subsystems and their RAM namespaces in t. Throws
-// NvmfConfigError for what cannot be built yet (the file backend).
+// Creates the subsystems and their namespaces in t: RAM disks, and files or
+// block devices opened (created when absent and a size is given). Throws
+// NvmfConfigError naming the namespace when a file cannot be used.
 void build_target(const NvmfConfig& c, Target& t);
 
 }  // namespace droce::nvmf

@@ -61,6 +61,10 @@ Namespace& Subsystem::add_namespace(std::unique_ptr<Namespace> ns) {
   return ref;
 }
 
+bool Subsystem::has_file_namespace() const noexcept {
+  return std::any_of(ns_.begin(), ns_.end(), [](const auto& kv) { return kv.second->is_file(); });
+}
+
 Namespace* Subsystem::ns(uint32_t nsid) const noexcept {
   auto it = ns_.find(nsid);
   return it == ns_.end() ? nullptr : it->second.get();
@@ -176,6 +180,8 @@ Response Controller::identify(const Sqe& s, std::span<uint8_t> data) {
     id.maxcmd = disc ? c.admin_queue_depth : c.max_queue_depth;
     id.nn = disc ? 0 : sub_.max_nsid();
     id.oncs = disc ? 0 : (kOncsDsm | kOncsWriteZeroes);
+    // A file's page cache is a volatile write cache: the host then sends Flush.
+    id.vwc = !disc && sub_.has_file_namespace() ? 1 : 0;
     id.sgls = sgls::kSupported | sgls::kKeyed | (c.in_capsule_data ? sgls::kOffset : 0);
     id.subnqn = sub_.nqn();
     id.ioccsz = static_cast<uint32_t>((kSqeSize + c.in_capsule_data) / 16);
@@ -346,6 +352,7 @@ Response Controller::execute_io(const Sqe& s, std::span<uint8_t> data) noexcept 
   if (!ns) return done(s, sc::kInvalidNs);
   uint64_t slba = s.cdw10 | (uint64_t{s.cdw11} << 32);
   uint64_t nlb = (s.cdw12 & 0xffff) + 1ull;
+  if (ns->is_file()) return file_io(s, *ns, data, slba, nlb);
   switch (op) {
     case IoOp::Read:
     case IoOp::Write: {
@@ -380,7 +387,46 @@ Response Controller::execute_io(const Sqe& s, std::span<uint8_t> data) noexcept 
   return done(s, sc::kInvalidOpcode);
 }
 
+Response Controller::file_io(const Sqe& s, Namespace& ns, std::span<uint8_t> data, uint64_t slba, uint64_t nlb) noexcept {
+  auto op = static_cast<IoOp>(s.opcode);
+  Response r = done(s, sc::kSuccess);
+  r.ns = &ns;
+  bool writes = op == IoOp::Write || op == IoOp::WriteZeroes || (op == IoOp::DatasetMgmt && (s.cdw11 & (1u << 2)));
+  if (writes && ns.read_only()) return done(s, sc::kNsWriteProtected);
+  switch (op) {
+    case IoOp::Read:
+    case IoOp::Write:
+      if (!ns.in_range(slba, nlb)) return done(s, sc::kLbaRange);
+      if ((nlb << ns.lba_shift()) != data.size()) return done(s, sc::kSglInvalidData);
+      r.file = FileOp{op == IoOp::Read ? FileOp::Read : FileOp::Write, slba << ns.lba_shift(), nlb << ns.lba_shift(), 0};
+      break;
+    case IoOp::WriteZeroes:
+      if (!ns.in_range(slba, nlb)) return done(s, sc::kLbaRange);
+      r.file = FileOp{FileOp::WriteZeroes, slba << ns.lba_shift(), nlb << ns.lba_shift(), 0};
+      break;
+    case IoOp::Flush:
+      r.file = FileOp{FileOp::Flush, 0, 0, 0};
+      break;
+    case IoOp::DatasetMgmt: {
+      uint32_t nr = (s.cdw10 & 0xff) + 1;
+      if (data.size() < size_t{nr} * 16) return done(s, sc::kSglInvalidData);
+      for (size_t i = 0; i < nr; ++i)
+        if (!ns.in_range(le::get64(&data[16 * i + 8]), le::get32(&data[16 * i + 4]))) return done(s, sc::kLbaRange);
+      if (!(s.cdw11 & (1u << 2))) return done(s, sc::kSuccess);  // only attributes: nothing to do
+      r.file = FileOp{FileOp::Deallocate, 0, 0, nr};
+      break;
+    }
+    default: return done(s, sc::kInvalidOpcode);
+  }
+  r.pending = true;
+  return r;
+}
+
 // ------------------------------------------------------------------- Target
+
+bool Target::has_file_namespace() const noexcept {
+  return std::any_of(subs_.begin(), subs_.end(), [](const auto& s) { return s->has_file_namespace(); });
+}
 
 Target::Target(TargetConfig c) : cfg_(std::move(c)) {
   if (cfg_.max_queue_depth < 2 || cfg_.max_queue_depth > kMaxQueueSize)

@@ -61,6 +61,8 @@ class Subsystem {
   Namespace* ns(uint32_t nsid) const noexcept;
   std::span<const uint32_t> nsids() const noexcept { return nsids_; }
   uint32_t max_nsid() const noexcept { return nsids_.empty() ? 0 : nsids_.back(); }
+  // True when a namespace is backed by a file (a volatile write cache: Identify VWC).
+  bool has_file_namespace() const noexcept;
 
  private:
   friend class Target;
@@ -77,6 +79,11 @@ struct Response {
   Cqe cqe;
   uint32_t data_len = 0;   // controller-to-host: bytes of the data buffer to send
   bool deferred = false;   // AER: the response comes later from take_async()
+  // A file namespace's command: nothing done yet; the queue submits `file`
+  // on `ns` to its core's io_uring and answers on its completion.
+  bool pending = false;
+  Namespace* ns = nullptr;
+  FileOp file;
 };
 
 class Target;
@@ -95,7 +102,9 @@ class Controller {
   // is Target::connect's). data: host->ctrl, the data received; ctrl->host,
   // the buffer to fill (its size is the SGL's length).
   Response execute_admin(const Sqe& s, std::span<uint8_t> data, uint64_t now_ns);
-  // A command of an I/O queue (NVM command set).
+  // A command of an I/O queue (NVM command set). RAM namespace: done here.
+  // File namespace: checked here (range, length, write protection) and
+  // answered `pending` with the FileOp to carry out (queue.h, io_ring.h).
   Response execute_io(const Sqe& s, std::span<uint8_t> data) noexcept;
 
   // Keep alive: false once kato passed without a Keep Alive command (the glue
@@ -137,6 +146,7 @@ class Controller {
   Response set_features(const Sqe& s, uint64_t now_ns);
   Response get_features(const Sqe& s, std::span<uint8_t> data);
   Response async_event(const Sqe& s);
+  Response file_io(const Sqe& s, Namespace& ns, std::span<uint8_t> data, uint64_t slba, uint64_t nlb) noexcept;
   void reset() noexcept;
   void deliver_events();
 
@@ -173,6 +183,9 @@ class Target {
   Subsystem& add_subsystem(std::string nqn, std::string serial, bool allow_any_host, std::string model = {});
   Subsystem* subsystem(std::string_view nqn) noexcept;
   Subsystem& discovery() noexcept { return *subs_.front(); }
+  // True when a namespace is backed by a file: the glue then gives every I/O
+  // queue its core's IoRing (QueueConfig::ring).
+  bool has_file_namespace() const noexcept;
 
   struct Connected {
     Cqe cqe;                       // the Connect response (DW0: cntlid on success)

@@ -6,14 +6,15 @@
 namespace droce::nvmf {
 
 Queue::Queue(Target& t, const QueueConfig& c, std::span<uint8_t> mem) : target_(t), cfg_(c) {
-  slots_.resize(c.depth);
+  slots_.resize(c.slots ? c.slots : c.depth);
   for (size_t i = 0; i < slots_.size(); ++i)
     slots_[i].buf = mem.size() >= (i + 1) * size_t{c.slot_buffer} ? mem.subspan(i * c.slot_buffer, c.slot_buffer)
                                                                   : std::span<uint8_t>{};
-  actions_.resize(size_t{c.depth} * 3);
+  actions_.resize(slots_.size() * 3);
 }
 
 Queue::~Queue() {
+  if (cfg_.ring && backend_busy()) cfg_.ring->abandon(this);
   if (!cntlid_) return;
   if (cfg_.qid == 0) {
     target_.destroy(cntlid_);
@@ -26,6 +27,11 @@ Controller* Queue::controller() noexcept { return cntlid_ ? target_.controller(c
 
 size_t Queue::busy() const noexcept {
   return static_cast<size_t>(std::count_if(slots_.begin(), slots_.end(), [](const Slot& s) { return s.state != State::Free; }));
+}
+
+size_t Queue::backend_busy() const noexcept {
+  return static_cast<size_t>(
+      std::count_if(slots_.begin(), slots_.end(), [](const Slot& s) { return s.state == State::WaitingForBackend; }));
 }
 
 void Queue::push(const Action& a) {
@@ -112,8 +118,40 @@ void Queue::execute(uint16_t i, uint64_t now_ns) {
     r.cqe.status = s.sqe.fctype() == static_cast<uint8_t>(FabricsType::Connect) ? sc::kCmdSeqError : sc::kInvalidOpcode;
   } else {
     r = c->execute_io(s.sqe, data);
+    if (r.pending) return start_file(i, r);
   }
   finish(i, r);
+}
+
+void Queue::start_file(uint16_t i, const Response& r) {
+  Slot& s = slots_[i];
+  if (!cfg_.ring) {
+    ++ctr_.no_ring;
+    Cqe c;
+    c.cid = s.sqe.cid;
+    c.status = sc::kInternal;
+    return respond(i, c);
+  }
+  ++ctr_.file_commands;
+  s.state = State::WaitingForBackend;
+  s.file.owner = this;
+  s.file.slot = i;
+  s.file.ns = r.ns;
+  s.file.op = r.file;
+  s.file.buf = s.buf.data();
+  cfg_.ring->start(s.file);
+}
+
+void Queue::backend_done(uint16_t slot, Status st, uint32_t data_len) noexcept {
+  if (slot >= slots_.size() || slots_[slot].state != State::WaitingForBackend) {
+    ++ctr_.bad_completions;
+    return;
+  }
+  Response r;
+  r.cqe.cid = slots_[slot].sqe.cid;
+  r.cqe.status = st;
+  r.data_len = st.ok() ? data_len : 0;
+  finish(slot, r);
 }
 
 void Queue::finish(uint16_t i, const Response& r) {

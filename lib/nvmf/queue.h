@@ -13,6 +13,7 @@
 
 #include "nvmf/capsule.h"
 #include "nvmf/controller.h"
+#include "nvmf/io_ring.h"
 
 namespace droce::nvmf {
 
@@ -31,6 +32,15 @@ struct QueueConfig {
   uint16_t qid = 0;           // from the CM private data
   uint16_t depth = 32;        // hsqsize + 1
   uint32_t slot_buffer = 0;   // bytes of data buffer per slot (the largest transfer)
+  // The io_uring of the queue's core, for commands on file namespaces (I/O
+  // queues; nullptr: such commands are answered Internal Error). The ring
+  // outlives the queue.
+  IoRing* ring = nullptr;
+  // Request slots, 0: depth. An RDMA glue gives 2 * depth (as Linux's
+  // nvmet-rdma): the host reuses a command slot as soon as it has the
+  // response, possibly before the target has seen its SEND complete (the
+  // ACK lost or late), so a new command can find every slot still Completing.
+  uint16_t slots = 0;
 };
 
 struct QueueCounters {
@@ -39,15 +49,23 @@ struct QueueCounters {
   uint64_t short_capsules = 0;  // dropped: shorter than an SQE
   uint64_t overflow = 0;        // dropped: more commands than the queue depth
   uint64_t bad_completions = 0; // completions for no request in that state
+  uint64_t file_commands = 0;   // commands handed to the IoRing (file namespaces)
+  uint64_t no_ring = 0;         // file commands on a queue without an IoRing (Internal Error)
 };
 
 class Queue {
  public:
-  enum class State : uint8_t { Free, ReadingFromHost, Deferred, Completing };
+  // WaitingForBackend: a file namespace's command is with the core's IoRing;
+  // its completion resumes the request (RDMA WRITE + response, or response).
+  enum class State : uint8_t { Free, ReadingFromHost, Deferred, Completing, WaitingForBackend };
 
-  // data_mem: depth * slot_buffer bytes (registered for RDMA by the glue).
+  // data_mem: slots (or depth) * slot_buffer bytes (registered for RDMA by the glue).
   Queue(Target& t, const QueueConfig& c, std::span<uint8_t> data_mem);
-  ~Queue();  // the admin queue destroys its controller; an I/O queue detaches
+  // The admin queue destroys its controller; an I/O queue detaches. File
+  // commands still in the IoRing are cancelled and waited for (bounded, 2 s:
+  // the kernel may be writing into data_mem), so the glue may free data_mem
+  // right after; to never block, destroy a queue once backend_busy() is 0.
+  ~Queue();
   Queue(const Queue&) = delete;
   Queue& operator=(const Queue&) = delete;
 
@@ -67,15 +85,23 @@ class Queue {
   const QueueCounters& counters() const noexcept { return ctr_; }
   State state(uint16_t slot) const noexcept { return slots_[slot].state; }
   size_t busy() const noexcept;
+  // Requests waiting for their file command (State::WaitingForBackend).
+  size_t backend_busy() const noexcept;
 
  private:
+  friend class IoRing;
   struct Slot {
     State state = State::Free;
     Sqe sqe;
     DataPlan plan;
     std::span<uint8_t> buf;
     std::array<uint8_t, kCqeSize> cqe{};
+    BackendOp file;  // the file command in the IoRing (WaitingForBackend)
   };
+  // The IoRing resumes a WaitingForBackend request: its status and, for a
+  // read, the bytes now in the slot's buffer.
+  void backend_done(uint16_t slot, Status st, uint32_t data_len) noexcept;
+  void start_file(uint16_t i, const Response& r);
   void execute(uint16_t i, uint64_t now_ns);
   void finish(uint16_t i, const Response& r);
   void respond(uint16_t i, Cqe c);
@@ -84,7 +110,7 @@ class Queue {
   Target& target_;
   QueueConfig cfg_;
   std::vector<Slot> slots_;
-  std::vector<Action> actions_;  // ring of capacity 3 * depth
+  std::vector<Action> actions_;  // ring of capacity 3 * slots
   size_t act_head_ = 0, act_count_ = 0;
   uint16_t cntlid_ = 0;          // 0: not connected
   uint16_t sq_head_ = 0;

@@ -144,6 +144,7 @@ constexpr Status kSglInvalidCount{Sct::Generic, 0x0e};
 constexpr Status kSglInvalidData{Sct::Generic, 0x0f};  // data SGL length invalid
 constexpr Status kSglInvalidType{Sct::Generic, 0x11};
 constexpr Status kSglInvalidOffset{Sct::Generic, 0x16};
+constexpr Status kNsWriteProtected{Sct::Generic, 0x20};
 constexpr Status kKaTimeoutExpired{Sct::Generic, 0x19};
 constexpr Status kKaTimeoutInvalid{Sct::Generic, 0x1a};
 constexpr Status kLbaRange{Sct::Generic, 0x80};
@@ -162,6 +163,7 @@ constexpr Status kConnectRestartDisc{Sct::CommandSpecific, 0x83};
 constexpr Status kConnectInvalidHost{Sct::CommandSpecific, 0x84};
 constexpr Status kWriteFault{Sct::MediaError, 0x80};
 constexpr Status kReadError{Sct::MediaError, 0x81};
+constexpr Status kAccessDenied{Sct::MediaError, 0x86};
 }  // namespace sc
 
 }  // namespace droce::nvmf

@@ -164,6 +164,7 @@ RespSt check_resource(Ctx& c) noexcept {
     // it could send this one (max_rd_atomic <= max_dest_rd_atomic), so execute()
     // retires it: the responder keeps the max_dest_rd_atomic newest READ/atomic
     // resources (IBTA 9.7.5; rxe frees the oldest resource for each new one).
+    if (q.attr.max_dest_rd_atomic == 0) return RespSt::ErrInvReq;  // no responder resources at all (a CM may negotiate 0)
     const RespResource& slot = q.resp.res[q.resp.res_next % q.attr.max_dest_rd_atomic];
     if (slot.active && !slot.replay) return RespSt::ErrInvReq;  // more outstanding than max_dest_rd_atomic
   }

@@ -4,7 +4,11 @@
 # droced, the client node b's; the CM MADs and the data cross the veth pair.
 #   rping -v -V -C 20 (data checked by both ends), ucmatose (RC, send/recv),
 #   udaddy (UD, SIDR), rdma_server/rdma_client (synchronous API, rdma_create_ep),
-#   perftest -R (ib_write_bw, ib_send_bw -c UD, ib_read_lat);
+#   fio --ioengine=rdma (verb=send with verify=crc32c, verb=write, verb=read),
+#   perftest -R (ib_write_bw, ib_send_bw -c UD, ib_read_lat), cmtime (20
+#   connections; the server destroys every passive id), qperf -cm1 rc_bw/rc_lat
+#   (its control TCP through an address on the namespace's loopback), rping -C
+#   and ib_write_bw -R under 1% loss on both nodes;
 # and first the library's behaviour against a live droced with no CM peer
 # (rdmacm_check droced); last, nothing left in either droced.
 #   cm_pair.sh DROCED DROCE_CTL FRONT_DIR RDMACM_CHECK
@@ -31,7 +35,7 @@ trap cleanup EXIT INT TERM
 
 # Every program here (droced_pair_up's ibv_devinfo included) uses the fronts.
 export LD_LIBRARY_PATH=$FRONT${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-DROCED_PAIR_TIMEOUT=300 droced_pair_up cm "$NET" "$T" "$DROCED"
+DROCED_PAIR_TIMEOUT=800 droced_pair_up cm "$NET" "$T" "$DROCED"
 rc=$?
 [ "$rc" -eq 77 ] && { echo "SKIP: cannot create network namespaces"; exit 77; }
 [ "$rc" -ne 0 ] && { echo "FAIL droced nodes did not start"; exit 1; }
@@ -77,7 +81,7 @@ pair() {
   done
   crc=1
   for _ in $(seq 50); do
-    on b 60 "${cli[@]}" >"$T/$name.c" 2>&1
+    on b "${PAIR_CLIENT_SECS:-60}" "${cli[@]}" >"$T/$name.c" 2>&1
     crc=$?
     [ "$crc" -eq 0 ] && break
     grep -qiE 'reject|refused|unreachable|CM event bl blka [78]$' "$T/$name.c" || break
@@ -128,6 +132,45 @@ else
   bad "rdma_server/rdma_client: client rc $crc, server rc $src"; show rdma_sc
 fi
 
+# fio's rdma engine (librdmacm + libibverbs; --thread: one process, so the
+# timeouts reach every job). The server job (rw=read) listens; the client job
+# (rw=write) connects and moves 16 MiB in 64 KiB blocks. verb=send with
+# verify=crc32c: each block the server receives carries the verify header and
+# checksum the client's fio wrote, and the server checks them; verb=write and
+# verb=read: RDMA WRITEs into and READs from the server's buffers. fio
+# registers two buffers of one struct that share a page (its send and receive
+# control blocks): the drop-in libibverbs used to refuse the second one.
+FIO=(fio --thread --ioengine=rdma --bs=64k --size=16m --iodepth=8)
+fio_io() {  # fio_io FILE READ|WRITE: io= of the job's summary line
+  sed -n "s/^ *$2: .*io=\([^ ]*\) .*/\1/p" "$1" | head -n 1
+}
+pair fio_send "${FIO[@]}" --name=s --port=17180 --rw=read --verify=crc32c -- \
+  "${FIO[@]}" --name=c --port=17180 --hostname="$A" --rw=write --verb=send --verify=crc32c
+if [ "$crc" -eq 0 ] && [ "$src" -eq 0 ] && [ "$(fio_io "$T/fio_send.s" READ)" = 16.0MiB ] &&
+   [ "$(fio_io "$T/fio_send.c" WRITE)" = 16.0MiB ] && ! grep -q 'verify:' "$T/fio_send.s"; then
+  ok "fio rdma verb=send, verify=crc32c: 16 MiB checked by the server ($(sed -n 's/^ *READ: bw=\([^ ]*\) .*/\1/p' "$T/fio_send.s"))"
+else
+  bad "fio verb=send verify: client rc $crc, server rc $src"; show fio_send
+fi
+# The same with a client that writes no verify headers: the server's check
+# must refuse the blocks (so the case above did check something).
+PAIR_CLIENT_SECS=15 pair fio_nover "${FIO[@]}" --name=s --port=17181 --rw=read --verify=crc32c -- \
+  "${FIO[@]}" --name=c --port=17181 --hostname="$A" --rw=write --verb=send
+if [ "$src" -ne 0 ] && grep -q 'verify: bad magic header' "$T/fio_nover.s"; then
+  ok "fio rdma verb=send: blocks without verify headers are refused by the server's check"
+else
+  bad "fio verb=send without verify headers: server rc $src"; show fio_nover
+fi
+for verb in write read; do
+  pair "fio_$verb" "${FIO[@]}" --name=s --port=1718$([ $verb = write ] && echo 2 || echo 3) --rw=read -- \
+    "${FIO[@]}" --name=c --port=1718$([ $verb = write ] && echo 2 || echo 3) --hostname="$A" --rw=write --verb=$verb
+  if [ "$crc" -eq 0 ] && [ "$src" -eq 0 ] && [ "$(fio_io "$T/fio_$verb.c" WRITE)" = 16.0MiB ]; then
+    ok "fio rdma verb=$verb: 16 MiB ($(sed -n 's/^ *WRITE: bw=\([^ ]*\) .*/\1/p' "$T/fio_$verb.c"))"
+  else
+    bad "fio verb=$verb: client rc $crc, server rc $src"; show "fio_$verb"
+  fi
+done
+
 # perftest over the CM (-R): RC WRITE bandwidth, UD SEND, READ latency.
 perf() {  # perf NAME DESCRIPTION ARGS...
   local name=$1 what=$2
@@ -142,6 +185,115 @@ perf() {  # perf NAME DESCRIPTION ARGS...
 perf wbw "ib_write_bw -R" ib_write_bw -R -n 500
 perf sbw_ud "ib_send_bw -R -c UD" ib_send_bw -R -c UD -n 500
 perf rlat "ib_read_lat -R" ib_read_lat -R -n 500
+
+# cmtime: 20 RC connections set up and torn down at once (rdmacm-utils 44).
+# Its server never exits by itself (it reads events until rdma_get_cm_event
+# fails; later rdma-core versions count the disconnects): on each
+# DISCONNECTED it calls rdma_disconnect, rdma_destroy_qp and rdma_destroy_id
+# on a thread of its own. So once the client is done, node a must be back to
+# the listener alone (one CM id, no connection): every passive id got its
+# DISCONNECTED and was destroyed. Then the server is stopped (TERM).
+cm_state() {  # cm_state NODE: "ids listeners connections-not-listening" from droce-ctl cm
+  "$CTL" -s "$T/$1-ctl.sock" --json cm 2>/dev/null | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+conns = [c for dev in d.get("devices", {}).values() for c in dev.get("connections", []) if c.get("state") != "listen"]
+print(d["ids"], d["listeners"], len(conns))' 2>/dev/null
+}
+# Not through on(): $! must be timeout (ip netns exec and env exec), which
+# forwards TERM to cmtime.
+DROCE_SOCKET=$T/a-verbs.sock ip netns exec "$DP_K" timeout -k 5 120 \
+  ${DROCE_TEST_PRELOAD:+env LD_PRELOAD="$DROCE_TEST_PRELOAD" ASAN_OPTIONS=detect_leaks=0} \
+  cmtime -b "$A" -p 17186 >"$T/cmtime.s" 2>&1 &
+cmt=$!
+for _ in $(seq 200); do
+  [ "$(cm_state a | cut -d' ' -f2)" = 1 ] && break
+  kill -0 "$cmt" 2>/dev/null || break
+  sleep 0.1
+done
+on b 60 cmtime -s "$A" -p 17186 -c 20 >"$T/cmtime.c" 2>&1
+crc=$?
+st=
+for _ in $(seq 100); do
+  st=$(cm_state a)
+  [ "$st" = "1 1 0" ] && break
+  sleep 0.1
+done
+kill -0 "$cmt" 2>/dev/null && srv_alive=1 || srv_alive=0
+kill -TERM "$cmt" 2>/dev/null
+wait "$cmt"
+if [ "$crc" -eq 0 ] && grep -qE '^disconnect +:' "$T/cmtime.c" && ! grep -q 'event:' "$T/cmtime.c" &&
+   [ "$st" = "1 1 0" ] && [ "$srv_alive" = 1 ]; then
+  ok "cmtime -c 20: connect $(awk '$1 == "connect" {print $NF}' "$T/cmtime.c") us/conn, disconnect $(awk '$1 == "disconnect" {print $NF}' "$T/cmtime.c") us/conn; the server destroyed all 20 passive ids"
+else
+  bad "cmtime: client rc $crc, node a (ids listeners connections) '$st' (want '1 1 0'), server running $srv_alive"
+  show cmtime
+fi
+
+# qperf -cm1: its control connection is kernel TCP to the server name, the
+# same address it gives rdma_resolve_addr. Node a's address lives in droced,
+# so the kernel namespace gets it too, on its loopback (arp_ignore=1 keeps the
+# kernel from answering ARP for it on the bridge, where node a answers):
+# qperf's TCP then reaches the server in the same namespace, and its RDMA CM
+# connection goes through node b to node a over the wire.
+ip -n "$DP_K" addr add "$A/32" dev lo
+ip netns exec "$DP_K" sysctl -qw net.ipv4.conf.all.arp_ignore=1 net.ipv4.conf.br0.arp_ignore=1
+DROCE_SOCKET=$T/a-verbs.sock ip netns exec "$DP_K" timeout -k 5 90 \
+  ${DROCE_TEST_PRELOAD:+env LD_PRELOAD="$DROCE_TEST_PRELOAD" ASAN_OPTIONS=detect_leaks=0} \
+  qperf -lp 17187 >"$T/qperf.s" 2>&1 &
+qp=$!
+for _ in $(seq 100); do
+  ip netns exec "$DP_K" ss -Hltn 'sport = :17187' | grep -q . && break
+  sleep 0.1
+done
+on b 60 qperf -lp 17187 "$A" -cm1 -t 2 rc_bw rc_lat quit >"$T/qperf.c" 2>&1
+crc=$?
+for _ in $(seq 100); do kill -0 "$qp" 2>/dev/null || break; sleep 0.1; done
+kill -TERM "$qp" 2>/dev/null
+wait "$qp"
+src=$?
+ip -n "$DP_K" addr del "$A/32" dev lo
+if [ "$crc" -eq 0 ] && [ "$src" -eq 0 ] && grep -q 'bw  *=' "$T/qperf.c" && grep -q 'latency  *=' "$T/qperf.c"; then
+  ok "qperf -cm1 rc_bw rc_lat: $(grep -E 'bw +=|latency +=' "$T/qperf.c" | tr -s ' ' | paste -sd,)"
+else
+  bad "qperf -cm1: client rc $crc, server rc $src"; show qperf
+fi
+
+# 1% loss on both nodes (droced's fault injection, each direction of each
+# port): the CM's retries still connect and disconnect, the transport's
+# retransmissions carry the data.
+cm_retries() {
+  local n sum=0 r
+  for n in a b; do
+    r=$("$CTL" -s "$T/$n-ctl.sock" --json cm 2>/dev/null | python3 -c '
+import json, sys
+print(sum(dev["counters"].get("retries", 0) for dev in json.load(sys.stdin).get("devices", {}).values()))' 2>/dev/null)
+    sum=$((sum + ${r:-0}))
+  done
+  echo "$sum"
+}
+set_loss() {
+  local n
+  for n in a b; do
+    "$CTL" -s "$T/$n-ctl.sock" fault set -p "v$n" -d rx --drop "$1" >/dev/null &&
+      "$CTL" -s "$T/$n-ctl.sock" fault set -p "v$n" -d tx --drop "$1" >/dev/null || return 1
+  done
+}
+r0=$(cm_retries)
+if set_loss 0.01; then
+  pair rping_loss rping -s -a "$A" -p 17188 -v -V -C 20 -- rping -c -a "$A" -p 17188 -v -V -C 20
+  nc=$(grep -c '^ping data: ' "$T/rping_loss.c")
+  if [ "$crc" -eq 0 ] && [ "$src" -eq 0 ] && [ "$nc" -eq 20 ] && ! grep -q 'mismatch' "$T/rping_loss.c"; then
+    ok "rping -C 20 under 1% loss on both nodes: 20 pings, data checked"
+  else
+    bad "rping under loss: client rc $crc ($nc pings), server rc $src"; show rping_loss
+  fi
+  perf wbw_loss "ib_write_bw -R under 1% loss on both nodes" ib_write_bw -R -n 200
+  echo "     CM retries under loss: $(( $(cm_retries) - r0 ))"
+  set_loss 0
+else
+  bad "droce-ctl fault set failed"
+fi
 
 # Nothing left on either node once the programs are gone: no shim client,
 # no verbs object (droced sees the last hang-ups a little after the

@@ -2,6 +2,10 @@
 // into the target it describes; every bad key is refused with its name.
 #include <catch2/catch.hpp>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
 #include <string>
 
 #include "nvmf/config.h"
@@ -138,11 +142,54 @@ TEST_CASE("nvmf config: each bad key is refused by name", "[nvmf][config]") {
              Catch::Contains("t.toml line"));
 }
 
-TEST_CASE("nvmf config: the file backend parses but cannot be built yet", "[nvmf][config]") {
-  NvmfConfig c = parse_nvmf_config(with(kExample, "backend = \"ram\"", "backend = \"file\"\npath = \"/var/lib/d.img\""));
-  CHECK(c.subsystems[0].namespaces[0].path == "/var/lib/d.img");
-  Target t(c.target);
-  CHECK_THROWS_WITH(build_target(c, t), Catch::Contains("nvmf.subsystem[0].namespace[0].backend: \"file\" is not supported yet"));
+TEST_CASE("nvmf config: file namespaces are opened, created when absent, refused with their key", "[nvmf][config]") {
+  char dir[] = "/tmp/droce-nvmf-config-XXXXXX";
+  REQUIRE(mkdtemp(dir));
+  std::string img = std::string(dir) + "/d.img";
+  // Absent with a size: created (sparse) with that size.
+  NvmfConfig c = parse_nvmf_config(with(kExample, "backend = \"ram\"", "backend = \"file\"\npath = \"" + img + "\""));
+  CHECK(c.subsystems[0].namespaces[0].path == img);
+  {
+    Target t(c.target);
+    build_target(c, t);
+    Namespace* ns = t.subsystem("nqn.2026-12.org.droce:ram0")->ns(1);
+    REQUIRE(ns);
+    CHECK(ns->is_file());
+    CHECK(!ns->read_only());
+    CHECK(ns->blocks() == (64u << 20) / 512);
+    CHECK(t.has_file_namespace());
+    struct stat st {};
+    REQUIRE(stat(img.c_str(), &st) == 0);
+    CHECK(st.st_size == 64 << 20);
+  }
+  // Present with the same size: opened again (a restart).
+  {
+    Target t(c.target);
+    build_target(c, t);
+    CHECK(t.subsystem("nqn.2026-12.org.droce:ram0")->ns(1)->blocks() == (64u << 20) / 512);
+  }
+  // Present with another size, absent without a size, not a file: refused, naming the key.
+  auto refused = [&](const std::string& from, const std::string& to) {
+    NvmfConfig b = parse_nvmf_config(with(kExample, from, to));
+    Target t(b.target);
+    try {
+      build_target(b, t);
+    } catch (const NvmfConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("built");
+  };
+  std::string ram = "backend = \"ram\"\nsize = \"64MiB\"";
+  CHECK_THAT(refused(ram, "backend = \"file\"\npath = \"" + img + "\"\nsize = \"32MiB\""),
+             Catch::Contains("nvmf.subsystem[0].namespace[0].path:") && Catch::Contains("differs from the configured size"));
+  CHECK_THAT(refused(ram, "backend = \"file\"\npath = \"" + std::string(dir) + "/absent.img\""),
+             Catch::Contains("namespace[0].path:") && Catch::Contains("does not exist and no size"));
+  CHECK_THAT(refused(ram, "backend = \"file\"\npath = \"/dev/null\""),
+             Catch::Contains("namespace[0].path:") && Catch::Contains("neither a regular file nor a block device"));
+  CHECK_THAT(refused(ram, "backend = \"file\"\npath = \"" + std::string(dir) + "/no/such/dir.img\"\nsize = 4096"),
+             Catch::Contains("namespace[0].path:") && Catch::Contains("create"));
+  unlink(img.c_str());
+  rmdir(dir);
 }
 
 TEST_CASE("sizes and UUIDs", "[nvmf][config]") {

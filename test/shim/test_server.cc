@@ -9,6 +9,7 @@
 #include <poll.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -726,11 +727,16 @@ TEST_CASE("memory scheme: remap at the same address, reuse, overlap rules", "[sh
   REQUIRE(prepare_mr_memory(buf + pg + 100, 2 * pg, a) == 0);
   CHECK(a.map_addr == reinterpret_cast<uint64_t>(buf + pg));
   CHECK(a.map_len == 3 * pg);
-  CHECK(a.fd_offset == 0);
+  CHECK(a.fd_offset % pg == 0);
   for (size_t i = 0; i < 8 * pg; i++)
     if (buf[i] != static_cast<uint8_t>(i * 13)) FAIL("byte " << i << " changed by the remap");
   // The program's pages and the memfd are the same memory now.
-  auto* other = static_cast<uint8_t*>(mmap(nullptr, 3 * pg, PROT_READ | PROT_WRITE, MAP_SHARED, a.fd, 0));
+  struct stat st;
+  REQUIRE(fstat(a.fd, &st) == 0);
+  CHECK(static_cast<uint64_t>(st.st_size) == a.fd_offset + 3 * pg);
+  CHECK(fcntl(a.fd, F_GET_SEALS) & F_SEAL_SHRINK);  // what the daemon demands
+  auto* other = static_cast<uint8_t*>(mmap(nullptr, 3 * pg, PROT_READ | PROT_WRITE, MAP_SHARED, a.fd,
+                                           static_cast<off_t>(a.fd_offset)));
   REQUIRE(other != MAP_FAILED);
   buf[pg + 200] = 0xAB;
   CHECK(other[200] == 0xAB);
@@ -740,32 +746,66 @@ TEST_CASE("memory scheme: remap at the same address, reuse, overlap rules", "[sh
   MrMemory b;
   REQUIRE(prepare_mr_memory(buf + 2 * pg + 8, 16, b) == 0);
   CHECK(b.entry == a.entry);
-  CHECK(b.fd_offset == pg);
-  // A range that straddles its edge cannot join it.
+  CHECK(b.fd_offset == a.fd_offset + pg);
+  // A range that straddles its upper edge joins it (fio registers two
+  // buffers of one struct that share a page): the memfd grows, the new pages
+  // move into it at their offsets, contents kept, the first MR's pages stay.
+  buf[4 * pg + 5] = 0x5A;
   MrMemory c;
-  CHECK(prepare_mr_memory(buf + 3 * pg, 2 * pg, c) == -EINVAL);
-  // Once both registrations are gone the pages can be registered afresh.
-  close(a.fd);
-  close(b.fd);
-  release_mr_memory(a.entry);
-  release_mr_memory(b.entry);
   REQUIRE(prepare_mr_memory(buf + 3 * pg, 2 * pg, c) == 0);
+  CHECK(c.entry == a.entry);
+  CHECK(c.fd_offset == a.fd_offset + 2 * pg);
+  REQUIRE(fstat(a.fd, &st) == 0);
+  CHECK(static_cast<uint64_t>(st.st_size) == a.fd_offset + 4 * pg);
+  CHECK(buf[4 * pg + 5] == 0x5A);
+  CHECK(buf[3 * pg + 7] == static_cast<uint8_t>((3 * pg + 7) * 13));
+  auto* grown = static_cast<uint8_t*>(mmap(nullptr, 4 * pg, PROT_READ | PROT_WRITE, MAP_SHARED, a.fd,
+                                           static_cast<off_t>(a.fd_offset)));
+  REQUIRE(grown != MAP_FAILED);
+  buf[4 * pg + 9] = 0x77;
+  CHECK(grown[3 * pg + 9] == 0x77);  // the new page is the memfd's
+  other[400] = 0x42;
+  CHECK(buf[pg + 400] == 0x42);      // and the first MR's still are
+  // One that reaches below it joins it too, from the room under its offset.
+  buf[5] = 0x11;
+  MrMemory d;
+  REQUIRE(prepare_mr_memory(buf, pg + 1, d) == 0);
+  CHECK(d.entry == a.entry);
+  CHECK(d.fd_offset + pg == a.fd_offset);
+  CHECK(buf[5] == 0x11);
+  CHECK(buf[pg - 1] == static_cast<uint8_t>((pg - 1) * 13));
+  other[500] = 0x43;
+  CHECK(buf[pg + 500] == 0x43);
+  // A range over two entries cannot join both: their MRs would lose pages.
+  MrMemory f, g;
+  REQUIRE(prepare_mr_memory(buf + 6 * pg, pg, f) == 0);
+  CHECK(f.entry != a.entry);
+  CHECK(prepare_mr_memory(buf + 4 * pg, 3 * pg, g) == -EINVAL);
+  // Once the registrations are gone the pages can be registered afresh.
+  for (MrMemory* m : {&a, &b, &c, &d, &f}) {
+    close(m->fd);
+    release_mr_memory(m->entry);
+  }
+  REQUIRE(prepare_mr_memory(buf + 4 * pg, 3 * pg, g) == 0);
   CHECK(buf[pg + 300] == 0xCD);
-  close(c.fd);
-  release_mr_memory(c.entry);
+  CHECK(buf[4 * pg + 9] == 0x77);
+  close(g.fd);
+  release_mr_memory(g.entry);
   munmap(other, 3 * pg);
+  munmap(grown, 4 * pg);
   // alloc_shared memory registers without a remap.
   auto* s = static_cast<uint8_t*>(alloc_shared(4 * pg));
   REQUIRE(s != nullptr);
   s[5] = 7;
-  MrMemory d;
-  REQUIRE(prepare_mr_memory(s, 4 * pg, d) == 0);
-  CHECK(d.map_addr == reinterpret_cast<uint64_t>(s));
+  MrMemory h;
+  REQUIRE(prepare_mr_memory(s, 4 * pg, h) == 0);
+  CHECK(h.map_addr == reinterpret_cast<uint64_t>(s));
+  CHECK(h.fd_offset == 0);
   CHECK(s[5] == 7);
-  close(d.fd);
-  release_mr_memory(d.entry);
+  close(h.fd);
+  release_mr_memory(h.entry);
   free_shared(s);
-  CHECK(prepare_mr_memory(nullptr, 10, d) == -EINVAL);
+  CHECK(prepare_mr_memory(nullptr, 10, h) == -EINVAL);
   munmap(buf, 8 * pg);
 }
 

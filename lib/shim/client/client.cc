@@ -3,9 +3,11 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -126,10 +128,20 @@ struct MemEntry {
   int fd;            // the memfd (we keep it for later registrations)
   uint32_t refs;     // live MRs; alloc_shared holds one too
   bool owned_map;    // alloc_shared: we unmap on free_shared
+  // Page p of [start, start+len) is at file offset p - base. Registrations
+  // that copied the program's pages (not alloc_shared's) leave room below
+  // (base < start, a sparse hole) and may grow the file, so a later range
+  // that straddles the entry's edge joins it instead of failing.
+  uint64_t base;
+  bool growable;
 };
 std::mutex g_mem_mu;
 std::map<uint32_t, MemEntry> g_mem;  // id -> entry
 uint32_t g_next_mem = 1;
+
+// Room left below a copied registration's first page for ranges that later
+// extend it downwards (a hole in a sparse memfd: no memory).
+constexpr uint64_t kGrowDown = 1ull << 30;
 
 size_t pg() { return static_cast<size_t>(sysconf(_SC_PAGESIZE)); }
 
@@ -142,6 +154,72 @@ __attribute__((no_sanitize("address"), optimize("no-tree-loop-distribute-pattern
   auto* d = static_cast<uint64_t*>(dst);
   const auto* s = static_cast<const uint64_t*>(src);
   for (size_t i = 0; i < len / sizeof(uint64_t); i++) d[i] = s[i];
+}
+
+// Moves the program's pages [s, e) into the entry's memfd at their offsets:
+// copies them into the file, then maps the file over them at the same address.
+int adopt_pages(const MemEntry& m, uint64_t s, uint64_t e) {
+  if (s == e) return 0;
+  void* tmp = mmap(nullptr, e - s, PROT_READ | PROT_WRITE, MAP_SHARED, m.fd, static_cast<off_t>(s - m.base));
+  if (tmp == MAP_FAILED) return -errno;
+  copy_pages(tmp, reinterpret_cast<const void*>(s), e - s);
+  munmap(tmp, e - s);
+  void* fixed = mmap(reinterpret_cast<void*>(s), e - s, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, m.fd,
+                     static_cast<off_t>(s - m.base));
+  return fixed == MAP_FAILED ? -errno : 0;
+}
+
+// A new copied registration of [s, e): a sparse memfd with kGrowDown (or as
+// much as there is below s) of room under it, sealed against shrinking only.
+int new_entry(uint64_t s, uint64_t e, uint32_t* id) {
+  const uint64_t room = std::min<uint64_t>(kGrowDown, s);
+  int fd = memfd_create("droce-mr", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0) return -errno;
+  MemEntry m{s, e - s, fd, 0, false, s - room, true};
+  if (ftruncate(fd, static_cast<off_t>(e - m.base)) != 0 || fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK) != 0) {
+    int rc = -errno;
+    ::close(fd);
+    return rc;
+  }
+  if (int rc = adopt_pages(m, s, e)) {
+    ::close(fd);
+    return rc;
+  }
+  *id = g_next_mem++;
+  g_mem.emplace(*id, m);
+  return 0;
+}
+
+// [s, e) overlaps entries without lying inside one. It can join the entry it
+// overlaps when that is the only one and a growable one with room below:
+// the pages of [s, e) outside it move into its memfd (grown as needed).
+// Pages another entry holds cannot (they would leave that entry's MRs).
+MemEntry* grow_entry(uint64_t s, uint64_t e, uint32_t* id, int* rc) {
+  MemEntry* m = nullptr;
+  for (auto& [k, x] : g_mem) {
+    if (s < x.start + x.len && x.start < e) {
+      if (m != nullptr) return nullptr;
+      m = &x;
+      *id = k;
+    }
+  }
+  if (m == nullptr || !m->growable || s < m->base) return nullptr;
+  const uint64_t lo = std::min(s, m->start), hi = std::max(e, m->start + m->len);
+  struct stat st;
+  if (fstat(m->fd, &st) != 0) {
+    *rc = -errno;
+    return nullptr;
+  }
+  if (hi - m->base > static_cast<uint64_t>(st.st_size) && ftruncate(m->fd, static_cast<off_t>(hi - m->base)) != 0) {
+    *rc = -errno;
+    return nullptr;
+  }
+  if ((*rc = adopt_pages(*m, lo, m->start)) != 0) return nullptr;
+  m->len += m->start - lo;
+  m->start = lo;
+  if ((*rc = adopt_pages(*m, m->start + m->len, hi)) != 0) return nullptr;
+  m->len = hi - m->start;
+  return m;
 }
 
 MemEntry* find_containing(uint64_t s, uint64_t e, uint32_t* id, bool* partial) {
@@ -166,18 +244,13 @@ int prepare_mr_memory(void* addr, size_t len, MrMemory& out) {
   uint32_t id = 0;
   bool partial = false;
   MemEntry* m = find_containing(s, e, &id, &partial);
-  if (m == nullptr) {
-    // Pages that an earlier registration remapped to another memfd cannot
-    // join a new one without breaking the earlier MR.
-    if (partial) return -EINVAL;
-    ShmRegion tmp;
-    if (int rc = tmp.create("droce-mr", e - s, false)) return rc;
-    copy_pages(tmp.addr(), reinterpret_cast<const void*>(s), e - s);
-    void* fixed = mmap(reinterpret_cast<void*>(s), e - s, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
-                       tmp.fd(), 0);
-    if (fixed == MAP_FAILED) return -errno;
-    id = g_next_mem++;
-    m = &g_mem.emplace(id, MemEntry{s, e - s, tmp.release_fd(), 0, false}).first->second;
+  if (m == nullptr && partial) {
+    int rc = -EINVAL;
+    m = grow_entry(s, e, &id, &rc);
+    if (m == nullptr) return rc;
+  } else if (m == nullptr) {
+    if (int rc = new_entry(s, e, &id)) return rc;
+    m = &g_mem.at(id);
   }
   int d = fcntl(m->fd, F_DUPFD_CLOEXEC, 0);
   if (d < 0) return -errno;
@@ -185,7 +258,7 @@ int prepare_mr_memory(void* addr, size_t len, MrMemory& out) {
   out.fd = d;
   out.map_addr = s;
   out.map_len = e - s;
-  out.fd_offset = s - m->start;
+  out.fd_offset = s - m->base;
   out.entry = id;
   return 0;
 }
@@ -209,7 +282,7 @@ void* alloc_shared(size_t len) {
   void* a = r.addr();
   size_t sz = r.size();
   uint32_t id = g_next_mem++;
-  g_mem.emplace(id, MemEntry{reinterpret_cast<uint64_t>(a), sz, r.release_fd(), 1, true});
+  g_mem.emplace(id, MemEntry{reinterpret_cast<uint64_t>(a), sz, r.release_fd(), 1, true, reinterpret_cast<uint64_t>(a), false});
   r.forget_mapping();  // the mapping now belongs to the registry entry
   return a;
 }

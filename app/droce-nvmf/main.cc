@@ -1,0 +1,118 @@
+// droce-nvmf: an NVMe over Fabrics (RDMA) target on an embedded droce node.
+// Thin main: options, the [nvmf] config (lib/nvmf/config.h), one poll loop
+// driving lib/nvmf/rdma's RdmaTarget, signals, counters at exit.
+#include <CLI/CLI.hpp>
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "engine/embed.h"
+#include "nvmf/config.h"
+#include "nvmf/rdma/target.h"
+
+using namespace droce;
+
+namespace {
+
+std::atomic<bool> g_stop{false};
+void on_signal(int) { g_stop.store(true, std::memory_order_relaxed); }
+
+struct Opts {
+  std::string device, mac, config;
+  std::vector<std::string> ip;
+  uint32_t mtu = 1024;
+  double f_drop_rx = 0, f_drop_tx = 0;
+};
+
+void print_report(const nvmf::rdma::RdmaTarget& t) {
+  const auto& c = t.counters();
+  std::printf("droce-nvmf: connect requests %lu accepted %lu rejected %lu (private data %lu, resources %lu) "
+              "disconnects sent %lu keep-alive expired %lu queues destroyed %lu\n",
+              (unsigned long)c.connect_requests, (unsigned long)c.accepted, (unsigned long)c.rejected,
+              (unsigned long)c.rejected_private, (unsigned long)c.rejected_resources, (unsigned long)c.disconnects_sent,
+              (unsigned long)c.keep_alive_expired, (unsigned long)c.queues_destroyed);
+  for (const auto& q : t.report())
+    std::printf("droce-nvmf: queue %s qid %u cntlid %u depth %u qpn %u peer %s commands %lu bytes_in %lu bytes_out %lu "
+                "errors %lu short %lu overflow %lu bad_completions %lu recv_errors %lu post_errors %lu wc_errors %lu\n",
+                q.closed ? "closed" : "live", q.qid, q.cntlid, q.depth, q.qpn, q.peer.c_str(),
+                (unsigned long)q.q.commands, (unsigned long)q.q.bytes_in, (unsigned long)q.q.bytes_out,
+                (unsigned long)q.q.errors, (unsigned long)q.q.short_capsules, (unsigned long)q.q.overflow,
+                (unsigned long)q.q.bad_completions, (unsigned long)q.recv_errors, (unsigned long)q.post_errors,
+                (unsigned long)q.wc_errors);
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> eal;
+  const int own = engine::split_eal_args(argc, argv, eal);
+  Opts o;
+  CLI::App app{"droce-nvmf: NVMe over Fabrics (RDMA, port 4420) target on droce"};
+  app.add_option("--device", o.device, "DPDK device (e.g. net_af_packet0,iface=veth0)")->required();
+  app.add_option("--ip", o.ip, "IPv4 address of this node (repeatable)")->required();
+  app.add_option("--mac", o.mac, "MAC address for the port");
+  app.add_option("--mtu", o.mtu, "largest path MTU (IB MTU) connections may use")
+      ->check(CLI::IsMember({256, 512, 1024, 2048, 4096}));
+  app.add_option("-c,--config", o.config, "TOML file with the [nvmf] section (lib/nvmf/README.md)")->required();
+  app.add_option("--fault-drop", o.f_drop_rx, "drop this fraction of received frames")->check(CLI::Range(0.0, 1.0));
+  app.add_option("--fault-tx-drop", o.f_drop_tx, "drop this fraction of sent frames")->check(CLI::Range(0.0, 1.0));
+  app.footer("EAL arguments after --. `listen` defaults to the --ip addresses. SIGTERM/SIGINT disconnect the hosts "
+             "and exit 0 after printing per-queue counters.");
+  try {
+    app.parse(own, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  spdlog::set_level(spdlog::level::warn);
+  try {
+    std::ifstream in(o.config);
+    if (!in) throw std::runtime_error("cannot read " + o.config);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    nvmf::NvmfConfig cfg = nvmf::parse_nvmf_config(ss.str(), o.config, o.ip);
+    if (cfg.cores != 1) std::fprintf(stderr, "droce-nvmf: cores = %u: one poll loop for now\n", cfg.cores);
+    nvmf::Target target(cfg.target);
+    nvmf::build_target(cfg, target);
+
+    engine::EmbedOptions e = engine::node_options(o.device, eal, o.ip, o.mac, o.mtu);
+    e.engine.max_qps = 256;
+    e.engine.max_mrs = 256;
+    e.engine.max_mtu = static_cast<verbs::Mtu>(__builtin_ctz(o.mtu) - 7);
+    engine::Embedded node(e);
+    auto& f = node.faults();
+    f.set(config::FaultDir::rx, config::FaultKind::drop, o.f_drop_rx);
+    f.set(config::FaultDir::tx, config::FaultKind::drop, o.f_drop_tx);
+    f.publish();
+
+    nvmf::rdma::RdmaOptions ro;
+    ro.listen = cfg.listen;
+    ro.port = cfg.target.port;
+    nvmf::rdma::RdmaTarget tgt(node, target, ro);
+    std::signal(SIGTERM, on_signal);
+    std::signal(SIGINT, on_signal);
+    std::string where;
+    for (const auto& l : tgt.listening()) where += (where.empty() ? "" : " ") + l;
+    size_t nss = 0;
+    for (const auto& s : cfg.subsystems) nss += s.namespaces.size();
+    std::printf("droce-nvmf: listening on %s (%zu subsystem(s), %zu namespace(s), device %s)\n", where.c_str(),
+                cfg.subsystems.size(), nss, o.device.c_str());
+    std::fflush(stdout);
+    while (!g_stop.load(std::memory_order_relaxed)) tgt.poll();
+    // Clean shutdown: DREQ to every host, then wait (bounded) for the answers.
+    tgt.disconnect_all();
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (tgt.queues() && std::chrono::steady_clock::now() < give_up) tgt.poll();
+    if (tgt.queues()) std::fprintf(stderr, "droce-nvmf: %zu queue(s) not disconnected in 5 s\n", tgt.queues());
+    print_report(tgt);
+    return 0;
+  } catch (const std::exception& ex) {
+    std::fprintf(stderr, "droce-nvmf: %s\n", ex.what());
+    return 1;
+  }
+}

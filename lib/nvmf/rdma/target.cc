@@ -1,0 +1,406 @@
+#include "nvmf/rdma/target.h"
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <stdexcept>
+
+#include "netstack/gid_table.h"
+
+namespace droce::nvmf::rdma {
+
+namespace {
+
+constexpr uint64_t kKeepAliveCheckNs = 100'000'000;
+constexpr uint32_t kCqeStride = 16;
+
+// Send-side work request id: the Queue's slot and the action kind.
+constexpr uint64_t wr_id(uint16_t slot, Action::Kind k) noexcept { return uint64_t{slot} | (uint64_t{k} << 16); }
+
+}  // namespace
+
+struct RdmaTarget::Conn {
+  enum class State : uint8_t { WaitMac, Live, Closing };
+  State state = State::WaitMac;
+  cm::ConnId id = 0;
+  CmRequest req;
+  wire::Gid remote{};
+  wire::MacAddr mac{};
+  uint64_t mac_deadline = 0;
+  uint16_t depth = 0, slots = 0;
+  uint32_t recv_size = 0;
+  bool has_qp = false;
+  engine::QpHandle qp;
+  uint8_t* mem = nullptr;
+  size_t mem_len = 0;
+  uint32_t lkey = 0;
+  uint8_t* recv_base = nullptr;
+  uint8_t* cqe_base = nullptr;
+  std::unique_ptr<Queue> q;
+  uint16_t cntlid = 0;
+  bool failed = false;
+  uint64_t recv_errors = 0, post_errors = 0, wc_errors = 0;
+};
+
+RdmaTarget::RdmaTarget(engine::Embedded& node, Target& target, const RdmaOptions& o)
+    : node_(node), target_(target), opt_(o) {
+  const TargetConfig& tc = target_.config();
+  limits_.max_qid = tc.max_io_queues;
+  limits_.max_admin_depth = tc.admin_queue_depth;
+  limits_.max_io_depth = tc.max_queue_depth;
+  pd_ = node_.alloc_pd();
+  events_.reserve(64);
+  work_.reserve(64);
+  node_.set_cm_sink([this](const cm::Event& e) { events_.push_back(e); });
+  cm::Agent& agent = node_.cm();
+  std::vector<std::string> addrs = opt_.listen;
+  const bool any = addrs.empty();
+  if (any) addrs.push_back("");
+  for (const auto& a : addrs) {
+    cm::Endpoint ep;
+    ep.port = opt_.port;
+    if (!any) {
+      auto g = netstack::parse_ip(a);
+      if (!g) throw std::runtime_error("nvmf rdma: listen address " + a + " is not an IP address");
+      if (node_.gids().index_of(*g) < 0) throw std::runtime_error("nvmf rdma: listen address " + a + " is not one of the node's");
+      ep.ip = *g;
+    }
+    cm::ConnId id = 0;
+    if (int rc = agent.listen(cm::PortSpace::Tcp, ep, cm::QpKind::Rc, 0, &id))
+      throw std::runtime_error("nvmf rdma: cannot listen on " + (any ? std::string("*") : a) + ":" +
+                               std::to_string(opt_.port) + ": " + std::strerror(rc));
+    listeners_.push_back(id);
+    listening_.push_back((any ? std::string("*") : a) + ":" + std::to_string(opt_.port));
+  }
+}
+
+RdmaTarget::~RdmaTarget() {
+  for (auto& c : conns_) {
+    node_.cm().destroy(c->id);
+    destroy(*c);
+  }
+  conns_.clear();
+  for (cm::ConnId l : listeners_) node_.cm().destroy(l);
+  node_.set_cm_sink({});
+}
+
+size_t RdmaTarget::queues() const noexcept { return conns_.size(); }
+
+void RdmaTarget::reject(cm::ConnId id, CmStatus s) {
+  std::array<uint8_t, kCmRejectSize> rej{};
+  encode_cm_reject(rej, s);
+  node_.cm().reject(id, rej);
+  ++ctr_.rejected;
+}
+
+void RdmaTarget::on_connect_request(const cm::Event& e) {
+  ++ctr_.connect_requests;
+  CmRequest req;
+  const CmStatus st =
+      decode_cm_request(std::span<const uint8_t>(e.param.private_data, e.param.private_data_len), limits_, req);
+  if (st != CmStatus::Ok) {
+    ++ctr_.rejected_private;
+    return reject(e.id, st);
+  }
+  auto c = std::make_unique<Conn>();
+  c->id = e.id;
+  c->req = req;
+  c->remote = e.remote.ip;
+  c->mac_deadline = node_.dataplane().clock().now_ns() + uint64_t{opt_.mac_wait_ms} * 1'000'000;
+  conns_.push_back(std::move(c));
+  Conn& cr = *conns_.back();
+  if (!try_accept(cr) && cr.state != Conn::State::WaitMac) {
+    conns_.pop_back();
+  }
+}
+
+// WaitMac -> Live: the peer's MAC (without blocking the loop), memory, QP,
+// receives, REP, RTR/RTS. False when it could not (still waiting for the
+// MAC: state stays WaitMac; otherwise rejected and destroyed by the caller).
+bool RdmaTarget::try_accept(Conn& c) {
+  const uint64_t now = node_.dataplane().clock().now_ns();
+  switch (node_.dataplane().resolve_step_st(0, c.remote, c.mac)) {
+    case engine::Dataplane::ResolveStep::Ready:
+      break;
+    case engine::Dataplane::ResolveStep::Pending:
+      if (now < c.mac_deadline) return false;
+      [[fallthrough]];
+    case engine::Dataplane::ResolveStep::Failed:
+      c.state = Conn::State::Closing;
+      ++ctr_.rejected_resources;
+      reject(c.id, CmStatus::NoResources);
+      return false;
+  }
+  const TargetConfig& tc = target_.config();
+  c.depth = static_cast<uint16_t>(c.req.hsqsize + 1);
+  c.slots = static_cast<uint16_t>(2 * c.depth);
+  c.recv_size = kSqeSize + tc.in_capsule_data;
+  const uint32_t slot_buffer = std::max({tc.max_transfer(), tc.in_capsule_data, 4096u});
+  const size_t recv_len = size_t{c.depth} * c.recv_size;
+  const size_t cqe_len = (size_t{c.slots} * kCqeStride + 63) & ~size_t{63};
+  const size_t data_len = size_t{c.slots} * slot_buffer;
+  auto fail = [&](const char*) {
+    c.state = Conn::State::Closing;
+    ++ctr_.rejected_resources;
+    reject(c.id, CmStatus::NoResources);
+    destroy(c);
+    return false;
+  };
+  c.mem_len = recv_len + cqe_len + data_len;
+  c.mem = static_cast<uint8_t*>(node_.alloc_dma(c.mem_len));
+  if (!c.mem) return fail("no hugepage memory");
+  if (node_.reg_mr(pd_, c.mem, c.mem_len, verbs::kAccessLocalWrite, &c.lkey)) {
+    c.lkey = 0;
+    return fail("reg_mr");
+  }
+  c.recv_base = c.mem;
+  c.cqe_base = c.mem + recv_len;
+  engine::QpOptions qo;
+  qo.cap.max_send_wr = 2u * c.slots + 4;
+  qo.cap.max_recv_wr = c.depth;
+  qo.cap.max_send_sge = 1;
+  qo.cap.max_recv_sge = 1;
+  qo.cqe = qo.cap.max_send_wr + c.depth;
+  try {
+    c.qp = node_.create_qp(pd_, qo);
+    c.has_qp = true;
+  } catch (const std::exception&) {
+    return fail("create_qp");
+  }
+  for (uint16_t i = 0; i < c.depth; ++i) {
+    verbs::RecvWr r;
+    r.wr_id = i;
+    r.num_sge = 1;
+    r.sg_list[0] = {reinterpret_cast<uint64_t>(c.recv_base + size_t{i} * c.recv_size), c.recv_size, c.lkey};
+    if (node_.post_recv(c.qp, r)) return fail("post_recv");
+  }
+  QueueConfig qc;
+  qc.qid = c.req.qid;
+  qc.depth = c.depth;
+  qc.slots = c.slots;
+  qc.slot_buffer = slot_buffer;
+  c.q = std::make_unique<Queue>(target_, qc, std::span<uint8_t>(c.mem + recv_len + cqe_len, data_len));
+
+  cm::ConnParam p;
+  encode_cm_accept(std::span<uint8_t, kCmAcceptSize>(p.private_data, kCmAcceptSize), c.depth);
+  p.private_data_len = kCmAcceptSize;
+  p.qpn = c.qp.qpn;
+  p.initiator_depth = opt_.initiator_depth;
+  p.responder_resources = 1;  // hosts do not read from a target; one resource answers a stray READ cleanly
+  p.flow_control = 1;
+  p.rnr_retry_count = 7;
+  cm::Agent& agent = node_.cm();
+  if (agent.accept(c.id, p)) return fail("accept");
+  cm::QpParams qp{};
+  // REP and RTR/RTS in one go, before the loop sends anything: the host's
+  // first capsule finds the QP ready.
+  if (agent.qp_params(c.id, qp) || node_.connect(c.qp, qp, c.mac)) {
+    agent.destroy(c.id);
+    c.state = Conn::State::Closing;
+    ++ctr_.rejected_resources;
+    destroy(c);
+    return false;
+  }
+  c.state = Conn::State::Live;
+  ++ctr_.accepted;
+  return true;
+}
+
+void RdmaTarget::destroy(Conn& c) {
+  if (c.mem) {  // not yet reported: keep its last counters
+    QueueReport r = report_of(c);
+    r.closed = true;
+    if (c.q) {
+      if (closed_.size() >= 1024) closed_.erase(closed_.begin());  // a long run keeps the newest
+      closed_.push_back(std::move(r));
+    }
+  }
+  c.q.reset();  // admin queue: its controller goes; I/O queue: detached
+  if (c.has_qp) {
+    node_.destroy_qp(c.qp);
+    c.has_qp = false;
+  }
+  if (c.lkey) {
+    node_.dereg_mr(c.lkey);
+    c.lkey = 0;
+  }
+  if (c.mem) {
+    node_.free_dma(c.mem);
+    c.mem = nullptr;
+  }
+  ++ctr_.queues_destroyed;
+}
+
+void RdmaTarget::disconnect(Conn& c) {
+  if (c.state != Conn::State::Live) return;
+  c.state = Conn::State::Closing;
+  ++ctr_.disconnects_sent;
+  if (node_.cm().disconnect(c.id)) {  // not established yet (REP sent, no RTU): REJ, gone now
+    node_.cm().destroy(c.id);
+    destroy(c);
+    c.id = 0;
+  }
+}
+
+void RdmaTarget::disconnect_all() {
+  for (auto& c : conns_) {
+    if (c->state == Conn::State::WaitMac) {
+      reject(c->id, CmStatus::NoResources);
+      c->state = Conn::State::Closing;
+      c->id = 0;
+    }
+    disconnect(*c);
+  }
+  std::erase_if(conns_, [](const std::unique_ptr<Conn>& c) { return c->id == 0; });
+}
+
+void RdmaTarget::on_event(const cm::Event& e) {
+  if (e.type == cm::EventType::ConnectRequest) return on_connect_request(e);
+  auto it = std::find_if(conns_.begin(), conns_.end(), [&](const auto& c) { return c->id == e.id; });
+  if (it == conns_.end()) return;
+  switch (e.type) {
+    case cm::EventType::Disconnected:
+    case cm::EventType::Rejected:
+    case cm::EventType::Unreachable:
+      destroy(**it);
+      conns_.erase(it);
+      break;
+    default:
+      break;
+  }
+}
+
+uint32_t RdmaTarget::poll_queue(Conn& c, uint64_t now) {
+  uint32_t work = 0;
+  std::array<verbs::Wc, 32> wc;
+  // Send side first: a SEND completion frees its slot before new capsules look for one.
+  int n = c.qp.scq->poll(wc.data(), static_cast<int>(wc.size()));
+  for (int i = 0; i < n; ++i) {
+    const bool ok = wc[i].status == verbs::WcStatus::Success;
+    if (!ok) ++c.wc_errors;
+    c.q->on_complete(static_cast<uint16_t>(wc[i].wr_id & 0xffff), static_cast<Action::Kind>(wc[i].wr_id >> 16), ok,
+                     now);
+  }
+  work += static_cast<uint32_t>(n);
+  n = c.qp.rcq->poll(wc.data(), static_cast<int>(wc.size()));
+  for (int i = 0; i < n; ++i) {
+    const uint64_t idx = wc[i].wr_id;
+    if (wc[i].status != verbs::WcStatus::Success || idx >= c.depth) {
+      ++c.recv_errors;
+      c.failed = true;
+      continue;
+    }
+    uint8_t* buf = c.recv_base + idx * c.recv_size;
+    c.q->on_capsule(std::span<const uint8_t>(buf, std::min(wc[i].byte_len, c.recv_size)), now);
+    verbs::RecvWr r;  // the buffer is free again: the host's credit comes back at once
+    r.wr_id = idx;
+    r.num_sge = 1;
+    r.sg_list[0] = {reinterpret_cast<uint64_t>(buf), c.recv_size, c.lkey};
+    if (node_.post_recv(c.qp, r)) {
+      ++c.post_errors;
+      c.failed = true;
+    }
+  }
+  work += static_cast<uint32_t>(n);
+  c.q->poll();
+  std::array<Action, 32> acts;
+  for (size_t k = 0; (k = c.q->take_actions(acts)) > 0;) {
+    work += static_cast<uint32_t>(k);
+    for (size_t i = 0; i < k; ++i) {
+      const Action& a = acts[i];
+      verbs::SendWr w;
+      w.wr_id = wr_id(a.slot, a.kind);
+      w.num_sge = 1;
+      switch (a.kind) {
+        case Action::RdmaRead:
+          w.opcode = wire::WrOpcode::RdmaRead;
+          w.sg_list[0] = {reinterpret_cast<uint64_t>(a.local), a.len, c.lkey};
+          w.rdma = {a.remote_addr, a.rkey};
+          break;
+        case Action::RdmaWrite:  // unsignalled: the response SEND behind it completes both
+          w.opcode = wire::WrOpcode::RdmaWrite;
+          w.send_flags = 0;
+          w.sg_list[0] = {reinterpret_cast<uint64_t>(a.local), a.len, c.lkey};
+          w.rdma = {a.remote_addr, a.rkey};
+          break;
+        case Action::Send: {  // the CQE into the slot's registered 16 bytes
+          uint8_t* cqe = c.cqe_base + size_t{a.slot} * kCqeStride;
+          std::memcpy(cqe, a.local, kCqeSize);
+          w.opcode = a.invalidate ? wire::WrOpcode::SendInv : wire::WrOpcode::Send;
+          w.invalidate_rkey = a.invalidate ? a.rkey : 0;
+          w.sg_list[0] = {reinterpret_cast<uint64_t>(cqe), kCqeSize, c.lkey};
+          break;
+        }
+      }
+      if (node_.post_send(c.qp, w)) {
+        ++c.post_errors;
+        c.failed = true;
+      }
+    }
+  }
+  if (c.cntlid == 0)
+    if (Controller* ctl = c.q->controller()) c.cntlid = ctl->cntlid();
+  return work;
+}
+
+uint32_t RdmaTarget::poll() {
+  uint32_t work = node_.poll();
+  if (!events_.empty()) {
+    work_.swap(events_);
+    for (const cm::Event& e : work_) on_event(e);
+    work += static_cast<uint32_t>(work_.size());
+    work_.clear();
+  }
+  const uint64_t now = node_.dataplane().clock().now_ns();
+  bool gone = false;
+  for (auto& cp : conns_) {
+    Conn& c = *cp;
+    if (c.state == Conn::State::WaitMac) {
+      if (!try_accept(c) && c.state != Conn::State::WaitMac) {
+        c.id = 0;
+        gone = true;
+      }
+      continue;
+    }
+    if (!c.q) continue;
+    work += poll_queue(c, now);
+    if ((c.failed || c.q->failed()) && c.state == Conn::State::Live) {
+      disconnect(c);
+      if (c.id == 0) gone = true;
+    }
+  }
+  if (gone) std::erase_if(conns_, [](const std::unique_ptr<Conn>& c) { return c->id == 0; });
+  if (now >= next_ka_check_) {
+    next_ka_check_ = now + kKeepAliveCheckNs;
+    for (uint16_t cntlid : target_.expired(now)) {
+      ++ctr_.keep_alive_expired;
+      for (auto& c : conns_)
+        if (c->cntlid == cntlid) disconnect(*c);
+    }
+    std::erase_if(conns_, [](const std::unique_ptr<Conn>& c) { return c->id == 0; });
+  }
+  return work;
+}
+
+QueueReport RdmaTarget::report_of(const Conn& c) const {
+  QueueReport r;
+  r.qid = c.req.qid;
+  r.cntlid = c.cntlid;
+  r.depth = c.depth;
+  r.qpn = c.has_qp ? c.qp.qpn : 0;
+  r.peer = netstack::gid_to_string(c.remote);
+  if (c.q) r.q = c.q->counters();
+  r.recv_errors = c.recv_errors;
+  r.post_errors = c.post_errors;
+  r.wc_errors = c.wc_errors;
+  return r;
+}
+
+std::vector<QueueReport> RdmaTarget::report() const {
+  std::vector<QueueReport> out = closed_;
+  for (const auto& c : conns_)
+    if (c->q) out.push_back(report_of(*c));
+  return out;
+}
+
+}  // namespace droce::nvmf::rdma

@@ -1,0 +1,105 @@
+// The NVMe-oF RDMA glue (lib/nvmf/README.md): the pure protocol (`Target`,
+// `Queue`) on an embedded droce node (`engine::Embedded`) and its RDMA CM.
+// Listens on port 4420 (RDMA_PS_TCP) at the configured addresses; a CM REQ
+// whose NVMe-RDMA private data fits becomes one queue (an RC QP, receives of
+// SQE + in-capsule size posted before the REP, hugepage buffers registered
+// once), anything else gets a REJ with the NVMe-RDMA reject status. poll()
+// then moves bytes: received capsules to Queue::on_capsule (the receive is
+// reposted at once), the Queue's actions to RDMA READ / WRITE / SEND (with
+// Invalidate), work completions back. Nothing is allocated per command.
+// One thread: the application's poll loop (the node's).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cm/agent.h"
+#include "engine/embed.h"
+#include "nvmf/cm_private.h"
+#include "nvmf/controller.h"
+#include "nvmf/queue.h"
+
+namespace droce::nvmf::rdma {
+
+struct RdmaOptions {
+  std::vector<std::string> listen;  // IPv4/IPv6 addresses; empty: every address of the node
+  uint16_t port = kRdmaPort;        // 4420
+  uint8_t initiator_depth = 16;     // RDMA READs in flight we ask for (the host's REQ caps it)
+  uint32_t mac_wait_ms = 3000;      // a REQ whose sender's MAC is unknown waits this long, then REJ
+};
+
+// Counters of one queue (the Queue's own plus the glue's).
+struct QueueReport {
+  uint16_t qid = 0;
+  uint16_t cntlid = 0;
+  uint16_t depth = 0;
+  uint32_t qpn = 0;
+  std::string peer;
+  QueueCounters q;
+  uint64_t recv_errors = 0;  // receive completions with an error status
+  uint64_t post_errors = 0;  // work requests the engine refused
+  uint64_t wc_errors = 0;    // send-side completions with an error status
+  bool closed = false;       // gone before the report was made
+};
+
+struct TargetCounters {
+  uint64_t connect_requests = 0, accepted = 0, rejected = 0;
+  uint64_t rejected_private = 0;  // private data that did not fit (NVMe-RDMA reject status)
+  uint64_t rejected_resources = 0;  // no memory / QP / MAC
+  uint64_t disconnects_sent = 0;  // failed queues, expired keep-alive, shutdown
+  uint64_t keep_alive_expired = 0;
+  uint64_t queues_destroyed = 0;
+};
+
+class RdmaTarget {
+ public:
+  // Throws std::runtime_error when a listen address is malformed or not the
+  // node's, or the CM cannot listen.
+  RdmaTarget(engine::Embedded& node, Target& target, const RdmaOptions& o);
+  ~RdmaTarget();  // destroys every queue (without waiting for the hosts)
+  RdmaTarget(const RdmaTarget&) = delete;
+  RdmaTarget& operator=(const RdmaTarget&) = delete;
+
+  // One pass: the node's poll(), CM events, every queue's completions and
+  // actions, keep-alive. Returns work done.
+  uint32_t poll();
+  // Sends DREQ on every queue (hosts see a clean disconnect); poll() until
+  // queues() is 0 (or destroy the target).
+  void disconnect_all();
+
+  size_t queues() const noexcept;
+  const TargetCounters& counters() const noexcept { return ctr_; }
+  // Live queues and, before them, the ones already closed (their last counters).
+  std::vector<QueueReport> report() const;
+  // The "ADDR:PORT" pairs listened on.
+  const std::vector<std::string>& listening() const noexcept { return listening_; }
+
+  struct Conn;  // target.cc
+
+ private:
+  void on_event(const cm::Event& e);
+  void on_connect_request(const cm::Event& e);
+  bool try_accept(Conn& c);
+  void reject(cm::ConnId id, CmStatus s);
+  void destroy(Conn& c);
+  uint32_t poll_queue(Conn& c, uint64_t now);
+  void disconnect(Conn& c);
+  QueueReport report_of(const Conn& c) const;
+
+  engine::Embedded& node_;
+  Target& target_;
+  RdmaOptions opt_;
+  CmLimits limits_;
+  uint32_t pd_ = 0;
+  std::vector<cm::ConnId> listeners_;
+  std::vector<std::string> listening_;
+  std::vector<cm::Event> events_, work_;
+  std::vector<std::unique_ptr<Conn>> conns_;
+  std::vector<QueueReport> closed_;
+  TargetCounters ctr_;
+  uint64_t next_ka_check_ = 0;
+};
+
+}  // namespace droce::nvmf::rdma
