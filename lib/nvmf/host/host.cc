@@ -611,6 +611,8 @@ void Host::keep_alive(uint64_t now_ns) noexcept {
   Sqe s;
   s.opcode = static_cast<uint8_t>(AdminOp::KeepAlive);
   s.cid = static_cast<uint16_t>(slot);
+  s.flags = kPsdtSgl;
+  encode_sgl(s.dptr, Sgl{SglKind::Keyed, 0, 0, 0});  // no data: a null keyed SGL, as Linux sends
   encode_sqe(std::span<uint8_t, kSqeSize>(q.cmd + size_t{slot} * kCmdStride, kSqeSize), s);
   if (post_command(q, slot, 0, nullptr) != 0) fail("Keep Alive: post_send failed");
 }

@@ -89,18 +89,22 @@ class MiniTarget {
     auto c = std::make_unique<Conn>();
     c->id = e.id;
     c->depth = static_cast<uint16_t>(r.hsqsize + 1);
-    const size_t len = size_t{c->depth} * (kRecv + kSlot) + 16 * size_t{c->depth};
+    const uint16_t slots = static_cast<uint16_t>(2 * c->depth);  // as droce-nvmf and nvmet-rdma (queue.h)
+    const size_t len = size_t{c->depth} * kRecv + size_t{slots} * kSlot;
     c->mem = static_cast<uint8_t*>(n_.alloc_dma(len));
     n_.reg_mr(pd_, c->mem, len, verbs::kAccessAll, &c->key);
     engine::QpOptions qo;
-    qo.cap.max_send_wr = 3u * c->depth + 4;
+    qo.cap.max_send_wr = 6u * c->depth + 4;
     qo.cap.max_recv_wr = c->depth;
-    qo.cqe = 4u * c->depth + 16;
+    qo.cqe = 8u * c->depth + 16;
     c->qp = n_.create_qp(pd_, qo);
     for (uint32_t i = 0; i < c->depth; ++i) repost(*c, i);
-    c->q = std::make_unique<Queue>(
-        t_, QueueConfig{r.qid, c->depth, kSlot},
-        std::span<uint8_t>(c->mem + size_t{c->depth} * kRecv, size_t{c->depth} * kSlot));
+    QueueConfig qc;
+    qc.qid = r.qid;
+    qc.depth = c->depth;
+    qc.slot_buffer = kSlot;
+    qc.slots = slots;
+    c->q = std::make_unique<Queue>(t_, qc, std::span<uint8_t>(c->mem + size_t{c->depth} * kRecv, size_t{slots} * kSlot));
     cm::ConnParam p;
     encode_cm_accept(std::span<uint8_t, kCmAcceptSize>(p.private_data, kCmAcceptSize), c->depth);
     p.private_data_len = kCmAcceptSize;
