@@ -36,7 +36,9 @@
 #             the guest's kernel nvme-rdma host: discover, connect, fio randwrite + read with
 #             crc32c verify, ext4 copy + sha256, disconnect, reconnect and read back, a clean
 #             kernel log (nvmf io), the same with 1% loss on droce's side, and 4 KiB randread
-#             IOPS at QD 1 and 32 (nvmf randread). --ci runs the lossless io case (NVMF_IN_CI).
+#             IOPS at QD 1 and 32 (nvmf randread), each case failing on an NVMe error in the guest's
+#             kernel log; sigterm: droce-nvmf gets SIGTERM with the host connected (nvmf_sigterm).
+#             --ci runs the lossless io case (NVMF_IN_CI).
 #             The reverse (nvmf_host): droce's initiator app/droce-nvmf-perf (embedded droce on
 #             dpdk0) against the guest kernel's nvmet-rdma (a RAM namespace, set up by
 #             test/interop/rxe-peer/lib/nvmet-setup.sh): --verify (data written with a per-block
@@ -60,7 +62,8 @@
 #   INTEROP_RDMACMLIB (directory of the drop-in librdmacm.so.1, default build/lib/shim/front).
 #   INTEROP_GUEST (the guests' name prefix, default iop: guests iop1 and, for --nvmf-perf, iop2;
 #   guest names are global to the harness's work dir, so concurrent suites in their own
-#   RXEPEER_NS need their own prefix too).
+#   RXEPEER_NS need their own prefix too). INTEROP_NVMF_CONFIG (droce-nvmf's config,
+#   default config/nvmf.toml).
 set -uo pipefail
 { # the whole script is read before it runs: editing it meanwhile cannot change a running suite
 here=$(cd "$(dirname "$0")" && pwd)
@@ -77,7 +80,7 @@ for a in "$@"; do
     --cm) mode=cm ;;
     --nvmf) mode=nvmf ;;
     --keep-guests) keep=1 ;;
-    -h|--help) sed -n '2,63p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,66p' "$0"; exit 0 ;;
     *) echo "interop.sh: unknown option $a" >&2; exit 2 ;;
   esac
 done
@@ -107,7 +110,6 @@ TOOL=$root/build/app/droce-interop/droce-interop
 DUMPTOOL=$root/build/app/droce-dump/droce-dump
 DROCED=$root/build/app/droced/droced
 CTL=$root/build/app/droce-ctl/droce-ctl
-NVMF_APP=$root/build/app/droce-nvmf/droce-nvmf
 AFP_RUN=$here/afpacket-run  # a process id whose af_packet fanout group id is free in the namespace
 SHIMLIB=$root/build/lib/shim/front
 RDMACMLIB=${INTEROP_RDMACMLIB:-$SHIMLIB}  # the drop-in librdmacm.so.1 (built beside libibverbs.so.1)
@@ -117,7 +119,7 @@ CM_IN_CI=1
 CM_IN_FULL=0
 NVMF_IN_CI=1  # the lossless NVMe-oF io case joins --ci
 NVMF_TOOL=$root/build/app/droce-nvmf/droce-nvmf
-NVMF_CFG=$root/config/nvmf.toml
+NVMF_CFG=${INTEROP_NVMF_CONFIG:-$root/config/nvmf.toml}  # --nvmf-perf connects to its first subsystem
 NVMF_NQN=nqn.2026-12.org.droce:ram0  # config/nvmf.toml's subsystem
 NVMF_GUEST=$root/scripts/interop-nvmf-guest.sh
 NVMF_PERF_TOOL=$root/build/app/droce-nvmf-perf/droce-nvmf-perf  # nvmf_host: droce's initiator
@@ -173,7 +175,7 @@ if [ $cm_runs = 1 ]; then
 fi
 if [ $mode = nvmf_perf ]; then
   for b in nvme fio python3; do command -v "$b" >/dev/null || cannot_run "$b is not installed on the host (nvme-cli, fio: the guests run the host's)"; done
-  [ -x "$NVMF_APP" ] || { [ -f "$root/build/build.ninja" ] && timeout 1800 ninja -C "$root/build" -j2 app/droce-nvmf/droce-nvmf >/dev/null 2>&1; }
+  [ -x "$NVMF_TOOL" ] || { [ -f "$root/build/build.ninja" ] && timeout 1800 ninja -C "$root/build" -j2 app/droce-nvmf/droce-nvmf >/dev/null 2>&1; }
 fi
 mkdir -p "$OUT"
 rm -f "$OUT"/*.pcap "$OUT"/*.log "$OUT"/nvmf-perf-*
@@ -589,6 +591,13 @@ cm_cmd() {
     send_bw) CMD=(ib_send_bw "${dev[@]}" -R -F -n "$n" -s 65536 -p "$port" "${srvarg[@]}") ;;
     send_bw_ud) CMD=(ib_send_bw "${dev[@]}" -R -F -c UD -n "$n" -s 512 -p "$port" "${srvarg[@]}") ;;
     read_lat) CMD=(ib_read_lat "${dev[@]}" -R -F -n "$n" -s 2 -p "$port" "${srvarg[@]}") ;;
+    fio_send|fio_write|fio_read)  # fio's rdma engine: the server job reads, the client job writes
+      local verb=${test#fio_} ver=()   # with verb=send the server checks the client's verify headers
+      [ "$verb" = send ] && ver=(--verify=crc32c --verify_state_save=0)
+      # fio connects with rnr_retry_count 0: the server's 64 receives for the client's 4 in
+      # flight are its slack (see test/engine/cm_pair.sh)
+      if [ "$role" = server ]; then CMD=(fio --thread --ioengine=rdma --bs=64k --size=8m --iodepth=64 --name=s --port="$port" --rw=read "${ver[@]}")
+      else CMD=(fio --thread --ioengine=rdma --bs=64k --size=8m --iodepth=4 --name=c --port="$port" --hostname="$srv" --rw=write --verb="$verb" "${ver[@]}"); fi ;;
     qperf_rc_bw|qperf_rc_lat)
       if [ "$role" = server ]; then CMD=(qperf -lp "$port")
       else CMD=(qperf -lp "$port" "$srv" -cm1 -t 2 "${test#qperf_}"); fi ;;
@@ -658,9 +667,35 @@ cm_wait_listen() {
   return 1
 }
 
+# qperf's control connection is kernel TCP to its server name, the address it also gives
+# rdma_cm. For rxe->droce that is droce's address, which only droced answers (ARP with
+# droce's MAC; the namespace's kernel drops frames to that MAC). qperf_kernel_share on|off
+# lets the kernel of $NS take TCP at droce's address too: $IFACE (droced's af_packet port)
+# gets droce's MAC and address, a blackhole rule drops RoCEv2 (UDP 4791, droced's) in the
+# kernel without an ICMP answer, and no reverse path check (its route to the guests is the
+# bridge); af_packet still hands droced every frame, so the RDMA CM and the data go to
+# droced and qperf's TCP to the host's qperf.
+QPERF_IFACE_MAC=
+qperf_kernel_share() {
+  if [ "$1" = on ]; then
+    QPERF_IFACE_MAC=$(ip netns exec "$NS" cat "/sys/class/net/$IFACE/address")
+    ip -n "$NS" link set "$IFACE" address "$DROCE_MAC" &&
+      ip -n "$NS" addr add "$DROCE_IP/32" dev "$IFACE" &&
+      ip netns exec "$NS" sysctl -qw "net.ipv4.conf.$IFACE.rp_filter=0" net.ipv4.conf.all.rp_filter=0 &&
+      ip -n "$NS" rule add pref 100 iif "$IFACE" ipproto udp dport 4791 blackhole
+  else
+    ip -n "$NS" rule del pref 100 2>/dev/null
+    ip -n "$NS" addr del "$DROCE_IP/32" dev "$IFACE" 2>/dev/null
+    [ -n "$QPERF_IFACE_MAC" ] && ip -n "$NS" link set "$IFACE" address "$QPERF_IFACE_MAC"
+    QPERF_IFACE_MAC=
+  fi
+}
+
 # run_cm TEST DIR MTU LOSS ITERS (MTU: the path MTU the CM negotiates, for the table and filters)
 #   TEST: rping (-v -V: data checked) ucmatose udaddy rdma_server (with rdma_client) cmtime
 #         write_bw send_bw send_bw_ud read_lat (perftest -R) qperf_rc_bw qperf_rc_lat (-cm1)
+#         fio_send fio_write fio_read (fio --ioengine=rdma, 8 MiB; send: verify=crc32c checked
+#         by the server)
 #         rej: a REQ to a port nobody listens on (the client must see REJECTED, the capture a REJ)
 #         rping_kill: the host's rping is killed (SIGKILL) mid-run: the guest's rping must end
 #         (DISCONNECTED or an error), and droced must keep no CM connection (droce-ctl cm)
@@ -687,6 +722,7 @@ run_cm() {
   before=$(mktemp); after=$(mktemp)
   tcounters >"$before"
   loss_on "$loss"
+  [[ $test == qperf_* && $dir == r2d ]] && { qperf_kernel_share on || note="cannot give the kernel droce's address for qperf's TCP"; }
   capture_start "$pcap"
   local host=(ip netns exec "$NS" env LD_LIBRARY_PATH="$RDMACMLIB:$SHIMLIB" DROCE_SOCKET="$VERBS_SOCK")
   local hrc=0 grc=0 job note=""
@@ -749,7 +785,7 @@ run_cm() {
   else
     "${host[@]}" timeout -k 5 "$tmo" "${hcmd[@]}" >"$hlog" 2>&1 &
     HOST_PID=$!
-    if cm_wait_listen host "$port"; then
+    if if [[ $test == qperf_* ]]; then wait_listen host "$port"; else cm_wait_listen host "$port"; fi; then
       rx $((tmo + 30)) exec "$G1" --timeout "$tmo" -- "${gcmd[@]}" >"$glog" 2>&1
       grc=$?
     else
@@ -757,18 +793,19 @@ run_cm() {
       echo "$note" >"$glog"
       grc=99
     fi
-    if [ "$test" = cmtime ]; then
+    if [[ $test == cmtime || $test == qperf_* ]]; then  # servers that run until killed
       kill -TERM "$HOST_PID" 2>/dev/null
     else
       [ "$grc" -eq 0 ] || { sleep 2; kill -TERM "$HOST_PID" 2>/dev/null; }
     fi
     wait "$HOST_PID"
     hrc=$?
-    [ "$test" = cmtime ] && hrc=0
+    [[ $test == cmtime || $test == qperf_* ]] && hrc=0
     HOST_PID=
   fi
   capture_stop
   loss_off "$loss"
+  [[ $test == qperf_* && $dir == r2d ]] && qperf_kernel_share off
   tcounters >"$after"
   local retx
   retx=$(tdelta "$before" "$after")
@@ -787,6 +824,7 @@ run_cm() {
     read_lat) fig=$(perftest_fig "$clog" lat) ;;
     qperf_*) fig=$(grep -E "bw  =|latency  =" "$clog" | sed 's/^ *//' | head -1) ;;
     cmtime) fig="connect $(awk '$1 == "connect" {print $NF}' "$clog") us/conn" ;;
+    fio_*) fig="$(sed -n 's/^ *WRITE: bw=\([^ ]*\) .*/\1/p' "$clog" | head -n 1)" ;;
     rping_kill) fig=$fig_extra ;;
   esac
   local res=PASS
@@ -805,7 +843,8 @@ run_cm() {
        [ "$bad" != 0 ] || [ "$mal" != 0 ] || [ "$ttl" != 0 ] || [ "$cm_sent" -eq 0 ] ||
        { [ "$test" = rping ] && [ "$(grep -c "ping data" "$clog")" -ne "$iters" ]; } ||
        { [[ $test == ucmatose || $test == udaddy ]] && ! grep -q "return status 0" "$hlog"; } ||
-       { [[ $test == ucmatose || $test == udaddy ]] && ! grep -q "return status 0" "$glog"; }; then
+       { [[ $test == ucmatose || $test == udaddy ]] && ! grep -q "return status 0" "$glog"; } ||
+       { [[ $test == fio_* ]] && { ! grep -q "io=8192KiB" "$clog" || ! grep -q "err= 0" "$slog" || grep -q "verify:" "$slog"; }; }; then
     [ "$test" = rping_kill ] && [ -z "$note" ] && grep -qiE "error|failed" "$glog" && [ "$bad" = 0 ] && [ "$mal" = 0 ] &&
       [ "$ttl" = 0 ] && [ "$cm_sent" -ne 0 ] || res=FAIL  # the guest's rping may report the dead peer as an error
   fi
@@ -883,6 +922,7 @@ run_nvmf() {
   [ "$loss" = 0 ] || tmo=600
   echo "== NVMe-oF $test loss $loss: guest nvme-rdma -> droce-nvmf $DROCE_IP:4420 ($NVMF_NQN)"
   local note="" step n=0 bad=0 mal=0 ttl=0 fig=""
+  nvmf_dmesg_clear "$G1"  # the kernel log checked after the case is this case's
   start_nvmf "$loss" "$dlog" || note="droce-nvmf did not start"
   # phase PCAPSUFFIX STEP...: runs guest steps under one capture, stops at the first failure
   phase() {
@@ -920,6 +960,12 @@ run_nvmf() {
   local qerr
   qerr=$(awk '/^droce-nvmf: queue/ { for (i = 1; i <= NF; i++) if ($i ~ /^(short|overflow|bad_completions|recv_errors|post_errors|wc_errors)$/ && $(i + 1) != 0) print $i "=" $(i + 1) }' "$dlog" | sort | uniq -c | tr -s ' \n' ' ')
   [ -z "$qerr" ] || [ "$loss" != 0 ] || note="${note:-droce-nvmf queue counters: $qerr}"
+  local kerr
+  kerr=$(nvmf_dmesg_errors "$G1")
+  if [ -n "$kerr" ]; then
+    printf '%s\n' "$kerr" >"$OUT/$tag.dmesg-errors"
+    note="${note:-NVMe errors in the kernel log of $G1: $(printf '%s' "$kerr" | head -n 1)}"
+  fi
   local res=PASS
   if [ -n "$note" ] || [ "$bad" != 0 ] || [ "$mal" != 0 ] || [ "$ttl" != 0 ] || [ "$n" -eq 0 ]; then
     res=FAIL
@@ -1048,11 +1094,12 @@ NVMF_FIO=(--name=randread --rw=randread --bs=4k --ioengine=libaio --direct=1 --r
 PERF_ROWS=()
 declare -A NVMF_IOPS=()
 
-# nvmf_connect ADDR NQN: connects G1 (bounded) and prints the namespace's block device.
+# nvmf_connect ADDR NQN [NVME CONNECT OPTIONS]: connects G1 (bounded) and prints the namespace's
+# block device.
 nvmf_connect() {
   rx 90 exec "$G1" --timeout 60 -- bash -c '
     modprobe nvme-rdma || exit 3
-    timeout 40 nvme connect -t rdma -a "$1" -s "$3" -n "$2" >/dev/null || exit 4
+    timeout 40 nvme connect -t rdma -a "$1" -s "$3" -n "$2" "${@:4}" >/dev/null || exit 4
     for i in $(seq 1 200); do   # the namespace'"'"'s block device: its subsystem is NQN (multipath head)
       for b in /sys/block/nvme*n*; do
         n=${b##*/}
@@ -1061,7 +1108,20 @@ nvmf_connect() {
       done
       sleep 0.1
     done
-    echo "no block device of $2 after 20 s" >&2; exit 5' _ "$1" "$2" "$NVMF_PORT"
+    echo "no block device of $2 after 20 s" >&2; exit 5' _ "$1" "$2" "$NVMF_PORT" "${@:3}"
+}
+# nvmf_ctrl_wait NQN STATE|!STATE SECONDS: waits (bounded) in G1 until the controller of NQN is in
+# STATE (or, with !, in any other state or gone); prints the state it ended in; 1 on timeout.
+nvmf_ctrl_wait() {
+  rx $(($3 + 30)) exec "$G1" --timeout $(($3 + 10)) -- bash -c '
+    st() { for c in /sys/class/nvme/nvme*; do
+             [ "$(cat "$c/subsysnqn" 2>/dev/null)" = "$1" ] && { cat "$c/state"; return; }; done; echo gone; }
+    for i in $(seq 1 $(($3 * 5))); do
+      s=$(st "$1")
+      if [[ $2 == !* ]]; then [ "$s" != "${2#!}" ] && { echo "$s"; exit 0; }; else [ "$s" = "$2" ] && { echo "$s"; exit 0; }; fi
+      sleep 0.2
+    done
+    echo "$s"; exit 1' _ "$1" "$2" "$3"
 }
 nvmf_disconnect() {  # nvmf_disconnect NQN
   rx 60 exec "$G1" --timeout 40 -- timeout 30 nvme disconnect -n "$1"
@@ -1150,54 +1210,90 @@ run_nvmf_perf() {
     FAILS=$((FAILS + 1))
     PERF_ROWS+=("kernel nvmet-rdma ($G2): FAIL (nvmet setup, see $OUT/nvmf-perf-nvmet-setup.log)")
   fi
+  # G2 stays up (idle) through droce-nvmf's runs: the machine's load stays as it was.
   rx 60 exec "$G2" --timeout 40 -- bash "$NVMETSETUP" down >/dev/null 2>&1
-  rx 60 stop "$G2" >/dev/null 2>&1   # one guest less on the CPU for droce's run
   nvmf_perf_droce
 }
 
-# nvmf_perf_droce: droce-nvmf on dpdk0 ($DROCE_IP, config/nvmf.toml: one RAM namespace); the same
-# fio runs from G1; then SIGTERM, and droce-nvmf must exit 0 with its hosts disconnected.
+# nvmf_perf_droce: droce-nvmf (a RAM namespace); the same fio runs from G1.
 nvmf_perf_droce() {
-  local label="droce-nvmf ($DROCE_IP)" qd log=$OUT/nvmf-perf-droce-nvmf.log cfg=$root/config/nvmf.toml nqn i rc
-  nqn=$(sed -n 's/^nqn *= *"\(.*\)".*/\1/p' "$cfg" 2>/dev/null | head -n 1)
-  if [ ! -x "$NVMF_APP" ] || [ -z "$nqn" ]; then
-    for qd in 1 32; do
-      FAILS=$((FAILS + 1))
-      PERF_ROWS+=("$(printf '%-30s %-4s %-8s %-10s %-10s %-12s %s' "$label" "$qd" - - - - "FAIL (droce-nvmf or $cfg missing)")")
-    done
-    return 1
+  local label="droce-nvmf ($DROCE_IP)" qd log=$OUT/nvmf-perf-droce-nvmf.log nqn rc
+  nqn=$(sed -n 's/^nqn *= *"\(.*\)".*/\1/p' "$NVMF_CFG" 2>/dev/null | head -n 1)
+  local why=""
+  if [ ! -x "$NVMF_TOOL" ] || [ -z "$nqn" ]; then why="droce-nvmf or $NVMF_CFG missing"
+  else
+    echo "== droce-nvmf on $IFACE ($DROCE_IP, $NVMF_CFG)"
+    start_nvmf 0 "$log" || why="droce-nvmf did not start"
   fi
-  echo "== droce-nvmf on $IFACE ($DROCE_IP, $cfg)"
-  ip netns exec "$NS" timeout -k 5 900 "$AFP_RUN" "$IFACE" "$NVMF_APP" --device "net_af_packet0,iface=$IFACE" \
-    --ip "$DROCE_IP" -c "$cfg" >"$log" 2>&1 &
-  DROCE_PID=$!
-  for i in $(seq 1 300); do
-    grep -q "droce-nvmf: listening" "$log" 2>/dev/null && break
-    kill -0 "$DROCE_PID" 2>/dev/null || break
-    sleep 0.1
-  done
-  if ! grep -q "droce-nvmf: listening" "$log" 2>/dev/null; then
-    echo "   droce-nvmf did not start:"; tail -n 10 "$log" | sed 's/^/   /'
-    kill -TERM "$DROCE_PID" 2>/dev/null; wait "$DROCE_PID" 2>/dev/null; DROCE_PID=
+  if [ -n "$why" ]; then
     for qd in 1 32; do
       FAILS=$((FAILS + 1))
-      PERF_ROWS+=("$(printf '%-30s %-4s %-8s %-10s %-10s %-12s %s' "$label" "$qd" - - - - "FAIL (droce-nvmf did not start)")")
+      PERF_ROWS+=("$(printf '%-30s %-4s %-8s %-10s %-10s %-12s %s' "$label" "$qd" - - - - "FAIL ($why)")")
     done
     return 1
   fi
   nvmf_perf_target droce "$label" "$DROCE_IP" "$nqn"
-  kill -TERM "$DROCE_PID" 2>/dev/null
-  for i in $(seq 1 200); do kill -0 "$DROCE_PID" 2>/dev/null || break; sleep 0.1; done
-  kill -KILL "$DROCE_PID" 2>/dev/null
-  wait "$DROCE_PID"
+  stop_nvmf
   rc=$?
-  DROCE_PID=
   if [ "$rc" -ne 0 ]; then
     echo "   droce-nvmf exited with $rc after SIGTERM (see $log)"
     PERF_ROWS[-1]="${PERF_ROWS[-1]/PASS/FAIL} (droce-nvmf exit $rc)"
     FAILS=$((FAILS + 1))
   fi
   grep "^droce-nvmf: queue\|^droce-nvmf: connect" "$log" | sed 's/^/   /'
+}
+
+# nvmf_sigterm (--nvmf): droce-nvmf gets SIGTERM while G1 is connected (idle, --reconnect-delay=2, and a
+# keep-alive timeout of 60 s so that only a disconnect from the target can end the connection
+# early). droce-nvmf must exit 0 having sent its host a disconnect (its counters: "disconnects
+# sent" >= 1, none left after its 5 s wait); the host must leave "live" within 20 s (it saw the
+# disconnect: error recovery, reconnect attempts) instead of hanging on a dead target; once droce-nvmf is started
+# again the host must be live again by itself within 60 s and read 64 KiB (O_DIRECT); nvme
+# disconnect must return; G1's log may show the recovery (error recovery, reconnecting, failed
+# attempts while the target is down, reconnected) and nothing else of NVMe's errors.
+nvmf_sigterm() {
+  local nqn=$NVMF_NQN res=PASS why=() dev st1 st2 rc sent t0 left back log1=$OUT/nvmf-sigterm-1.log log2=$OUT/nvmf-sigterm-2.log errs
+  echo "== nvmf_sigterm: droce-nvmf gets SIGTERM while $G1 is connected"
+  nvmf_dmesg_clear "$G1"
+  if ! start_nvmf 0 "$log1"; then why+=("droce-nvmf did not start")
+  elif ! dev=$(nvmf_connect "$DROCE_IP" "$nqn" --reconnect-delay=2 --ctrl-loss-tmo=120 --keep-alive-tmo=60 2>"$OUT/nvmf-sigterm-connect.log"); then
+    why+=("nvme connect failed: $(tail -n 1 "$OUT/nvmf-sigterm-connect.log")")
+    stop_nvmf
+  else
+    t0=$(date +%s)
+    stop_nvmf
+    rc=$?
+    sent=$(sed -n 's/.*disconnects sent \([0-9]*\).*/\1/p' "$log1" | tail -n 1)
+    [ "$rc" -eq 0 ] || why+=("droce-nvmf exit $rc")
+    [ "${sent:-0}" -ge 1 ] || why+=("droce-nvmf sent no disconnect")
+    grep -q "not disconnected" "$log1" && why+=("$(grep -m1 "not disconnected" "$log1")")
+    st1=$(nvmf_ctrl_wait "$nqn" '!live' 20) || why+=("the host still sees the controller live 20 s after SIGTERM")
+    left=$(($(date +%s) - t0))
+    t0=$(date +%s)
+    if start_nvmf 0 "$log2"; then
+      if st2=$(nvmf_ctrl_wait "$nqn" live 60); then
+        back=$(($(date +%s) - t0))
+        rx 60 exec "$G1" --timeout 40 -- timeout 30 dd if="$dev" of=/dev/null bs=4k count=16 iflag=direct \
+          >"$OUT/nvmf-sigterm-dd.log" 2>&1 || why+=("read after the reconnect failed")
+      else
+        why+=("the host did not reconnect within 60 s (state $st2)")
+      fi
+    else
+      why+=("droce-nvmf did not start again")
+    fi
+    nvmf_disconnect "$nqn" >"$OUT/nvmf-sigterm-disconnect.log" 2>&1 || why+=("nvme disconnect failed")
+    stop_nvmf || why+=("droce-nvmf (second) exit $?")
+  fi
+  errs=$(nvmf_dmesg_errors "$G1" | grep -vE 'starting error recovery|Reconnecting in [0-9]+ seconds|Successfully reconnected|Failed reconnect attempt|rdma connection establishment failed|rdma_resolve_addr wait failed|address resolved failed|Connect rejected')
+  if [ -n "$errs" ]; then
+    why+=("NVMe errors in $G1's log")
+    printf '%s\n' "$errs" >"$OUT/nvmf-sigterm-$G1.dmesg-errors"
+    printf '%s\n' "$errs" | head -n 10 | sed 's/^/   /'
+  fi
+  if ((${#why[@]})); then res=FAIL; FAILS=$((FAILS + 1)); printf '   FAILED: %s\n' "${why[@]}"; fi
+  row nvmf_sigterm nvmf r2d 1024 0 - "$res" "host ${st1:-?} ${left:-?} s after SIGTERM, live again ${back:-?} s after restart" \
+    "droce-nvmf exit ${rc:-?}, disconnects sent ${sent:-?}"
+  [ $res = PASS ]
 }
 
 # print_nvmf_perf: the NVMe-oF table (PERF_ROWS).
@@ -1215,7 +1311,11 @@ if [ $mode = nvmf_perf ]; then
   echo
   echo "interop results (--nvmf-perf, $(( ($(date +%s) - t_start) / 60 )) min; droce-nvmf $DROCE_IP on $IFACE, kernel target $G2 $G2_IP, host $G1 $G1_IP; logs in $OUT)"
   print_nvmf_perf
-  echo "${#PERF_ROWS[@]} runs, $FAILS failed"
+  if ((${#ROWS[@]})); then
+    printf '%-27s %-5s %-11s %-5s %-10s %-7s %-5s %s\n' test via direction MTU loss/mode size result "figures | checks"
+    for r in "${ROWS[@]}"; do echo "$r"; done
+  fi
+  echo "$((${#PERF_ROWS[@]} + ${#ROWS[@]})) runs, $FAILS failed"
   [ "$FAILS" -eq 0 ]
   exit
 fi
@@ -1229,6 +1329,7 @@ cm_ci() {
   cm_both rping 0 10
   cm_both udaddy 0 10
   cm_both send_bw 0 20
+  cm_both fio_send 0 1
   cm_both rej 0 1
 }
 cm_all() {
@@ -1241,8 +1342,11 @@ cm_all() {
   cm_both read_lat 0 20
   cm_both send_bw 0 20
   cm_both send_bw_ud 0 20
-  cm qperf_rc_bw d2r 0 1   # qperf's server must be reachable over kernel TCP at its RDMA address:
-  cm qperf_rc_lat d2r 0 1  # only the guest's is (see run_cm)
+  cm_both fio_send 0 1
+  cm_both fio_write 0 1
+  cm_both fio_read 0 1
+  cm_both qperf_rc_bw 0 1   # r2d: qperf's TCP to droce's address through qperf_kernel_share
+  cm_both qperf_rc_lat 0 1
   cm_both rping droce:0.01 50
   cm_both rping rxe:1 50
   cm_both rej 0 1
@@ -1259,6 +1363,7 @@ nvmf_all() {
   nvmf io 0
   nvmf io droce:0.01
   nvmf randread 0
+  run_case nvmf_sigterm sigterm r2d "$CUR_MTU" 0
   nvmf_host verify 1 --verify --verify-ios 2048 -q 32 -o 4096
   nvmf_host verify_128k 1 --verify --verify-ios 128 -q 4 -o 131072
   nvmf_host discover 1 --discover

@@ -48,6 +48,7 @@ void build_identify_ns(Page p, const NsIdentity& n) noexcept {
   b[idns::kNlbaf] = 0;  // one LBA format (0-based)
   b[idns::kFlbas] = 0;
   b[idns::kDlfeat] = n.dlfeat;
+  b[idns::kNsattr] = n.nsattr;
   std::memcpy(b + idns::kNguid, n.nguid.data(), 16);
   // LBA format 0: MS 0 (le16), LBADS (byte 2), RP 0 (best).
   b[idns::kLbaf0 + 2] = n.lba_shift;

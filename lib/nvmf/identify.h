@@ -56,10 +56,11 @@ struct NsIdentity {
   uint8_t lba_shift = 9;    // LBA format 0: data size 2^lba_shift
   uint8_t dlfeat = 0;       // bits 2:0 = 1 and bit 3: deallocated blocks read zeroes
   std::array<uint8_t, 16> nguid{};
+  uint8_t nsattr = 0;       // bit 0: write protected (a read-only file; Linux then makes the disk read-only)
 };
 void build_identify_ns(Page p, const NsIdentity& n) noexcept;
 namespace idns {
-constexpr size_t kNsze = 0, kNcap = 8, kNuse = 16, kNsfeat = 24, kNlbaf = 25, kFlbas = 26, kDlfeat = 33,
+constexpr size_t kNsze = 0, kNcap = 8, kNuse = 16, kNsfeat = 24, kNlbaf = 25, kFlbas = 26, kDlfeat = 33, kNsattr = 99,
                  kNguid = 104, kEui64 = 120, kLbaf0 = 128;
 }
 

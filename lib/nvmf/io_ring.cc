@@ -96,7 +96,9 @@ bool IoRing::issue(BackendOp& op) noexcept {
   switch (op.op.kind) {
     case FileOp::Read:
     case FileOp::Write: {
-      int fd = aligned(ns, op.buf, op.op.offset, op.op.length) ? ns.direct_fd() : ns.fd();
+      bool direct = aligned(ns, op.buf, op.op.offset, op.op.length);
+      ctr_.direct += direct;
+      int fd = direct ? ns.direct_fd() : ns.fd();
       op.step = static_cast<uint32_t>(op.op.length);
       if (op.op.kind == FileOp::Read)
         io_uring_prep_read(sqe, fd, op.buf, op.step, op.op.offset);
@@ -111,7 +113,9 @@ bool IoRing::issue(BackendOp& op) noexcept {
     case FileOp::Deallocate:
       if (op.method == kWrites) {
         op.step = static_cast<uint32_t>(std::min<uint64_t>(op.left, kZeroBuf));
-        int fd = aligned(ns, zeroes_, op.off, op.step) ? ns.direct_fd() : ns.fd();
+        bool direct = aligned(ns, zeroes_, op.off, op.step);
+        ctr_.direct += direct;
+        int fd = direct ? ns.direct_fd() : ns.fd();
         io_uring_prep_write(sqe, fd, zeroes_, op.step, op.off);
       } else {
         int mode = FALLOC_FL_KEEP_SIZE | (op.method == kZeroRange ? FALLOC_FL_ZERO_RANGE : FALLOC_FL_PUNCH_HOLE);

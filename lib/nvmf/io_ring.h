@@ -42,6 +42,7 @@ struct BackendOp {
 struct IoRingCounters {
   uint64_t started = 0;        // commands handed to the ring
   uint64_t submitted = 0;      // SQEs (a command may take several)
+  uint64_t direct = 0;         // reads/writes through the O_DIRECT descriptor (aligned)
   uint64_t completed = 0;      // commands resumed (success or error)
   uint64_t errors = 0;         // commands resumed with an error status
   uint64_t short_transfers = 0;// reads/writes that moved fewer bytes than asked (an error)

@@ -70,7 +70,7 @@ class Namespace {
   uint64_t blocks() const noexcept { return blocks_; }
   const std::array<uint8_t, 16>& uuid() const noexcept { return uuid_; }
   const std::array<uint8_t, 16>& nguid() const noexcept { return nguid_; }
-  NsIdentity identity() const noexcept { return {blocks_, shift_, 0x09, nguid_}; }
+  NsIdentity identity() const noexcept { return {blocks_, shift_, 0x09, nguid_, static_cast<uint8_t>(read_only_ ? 1 : 0)}; }
 
   // True when [slba, slba + nlb) lies inside the namespace (no overflow).
   bool in_range(uint64_t slba, uint64_t nlb) const noexcept { return nlb <= blocks_ && slba <= blocks_ - nlb; }

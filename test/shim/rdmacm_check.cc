@@ -10,6 +10,8 @@
 #include <fcntl.h>
 #include <netdb.h>
 #include <poll.h>
+#include <signal.h>
+#include <sys/time.h>
 #include <rdma/rdma_cma.h>
 #include <rdma/rdma_verbs.h>
 #include <rdma/rsocket.h>
@@ -148,6 +150,33 @@ void with_droced(const char* ip, const char* other, const char* peer) {
   check(fails_with(rdma_get_cm_event(ch, &ev), EAGAIN), "empty non-blocking channel: EAGAIN", err());
   pollfd p{ch->fd, POLLIN, 0};
   check(poll(&p, 1, 0) == 0, "empty channel fd does not poll readable");
+  {
+    // A signal ends a blocking wait with EINTR, as librdmacm's read() does
+    // (an alarm in the program must get it out of rdma_get_cm_event). The
+    // interval timer repeats, so one that lands before the read still
+    // leaves another to interrupt it; none comes after 2 s.
+    fcntl(ch->fd, F_SETFL, fl & ~O_NONBLOCK);
+    struct sigaction sa{}, old{};
+    sa.sa_handler = [](int) {};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGALRM, &sa, &old);
+    itimerval it{{0, 50000}, {0, 50000}};
+    setitimer(ITIMER_REAL, &it, nullptr);
+    const auto t0 = std::chrono::steady_clock::now();
+    int rc = 0, e = 0;
+    while (std::chrono::steady_clock::now() - t0 < std::chrono::seconds(2)) {
+      rc = rdma_get_cm_event(ch, &ev);
+      e = errno;
+      if (rc != 0) break;
+      rdma_ack_cm_event(ev);  // not expected: no event is due
+    }
+    itimerval off{};
+    setitimer(ITIMER_REAL, &off, nullptr);
+    sigaction(SIGALRM, &old, nullptr);
+    errno = e;
+    check(rc == -1 && e == EINTR, "a signal ends a blocking rdma_get_cm_event with EINTR", err());
+    fcntl(ch->fd, F_SETFL, fl | O_NONBLOCK);
+  }
 
   rdma_cm_id* id = nullptr;
   check(rdma_create_id(ch, &id, nullptr, RDMA_PS_TCP) == 0 && id && id->channel == ch &&

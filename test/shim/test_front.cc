@@ -3,9 +3,12 @@
 // test double: the error paths Debian's tools never take.
 #include <infiniband/verbs.h>
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -205,6 +208,42 @@ TEST_CASE("front: completion channel events through ibv_get_cq_event", "[shim][f
   CHECK(wc.status == IBV_WC_SUCCESS);
   CHECK(std::memcmp(buf + 4096, "0123456789abcdef", 16) == 0);
   CHECK(poll(&p, 1, 20) == 0);  // one event, one token
+  {
+    // A signal ends a blocking wait with EINTR, as libibverbs' read() does:
+    // qperf's latency loop waits in ibv_get_cq_event and leaves it when its
+    // test alarm fires (a wait that swallowed EINTR kept it there for good).
+    // SIGUSR1 (handler without SA_RESTART) is sent to this thread until the
+    // call returns; after 5 s a completion ends the wait instead.
+    struct sigaction sa{}, old{};
+    sa.sa_handler = [](int) {};
+    sigemptyset(&sa.sa_mask);
+    REQUIRE(sigaction(SIGUSR1, &sa, &old) == 0);
+    CHECK(ibv_req_notify_cq(cq, 0) == 0);
+    std::atomic<bool> back{false};
+    const pthread_t me = pthread_self();
+    std::thread kicker([&] {
+      const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+      while (!back.load() && std::chrono::steady_clock::now() < end) {
+        pthread_kill(me, SIGUSR1);
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));  // pacing the signals, not a sync
+      }
+      if (!back.load()) {
+        ibv_send_wr* b = nullptr;
+        ibv_post_send(qp, &w, &b);  // the fallback: an event ends the wait
+      }
+    });
+    const int rc = ibv_get_cq_event(ch, &ev_cq, &ev_ctx);
+    const int e = errno;
+    back = true;
+    kicker.join();
+    sigaction(SIGUSR1, &old, nullptr);
+    CHECK(rc == -1);
+    CHECK(e == EINTR);
+    if (rc == 0) {
+      ibv_ack_cq_events(cq, 1);
+      ibv_poll_cq(cq, 1, &wc);
+    }
+  }
   CHECK(ibv_destroy_comp_channel(ch) == -1);  // CQs still use it
   CHECK(errno == EBUSY);
   CHECK(ibv_destroy_qp(qp) == 0);

@@ -781,10 +781,10 @@ DROCE_EXPORT int ibv_get_cq_event(ibv_comp_channel* channel, ibv_cq** cq, void**
   for (int tries = 0; tries < 1000000; tries++) {
     uint64_t v;
     ssize_t n = read(channel->fd, &v, sizeof(v));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return -1;  // EAGAIN for a nonblocking channel, as libibverbs
-    }
+    // EAGAIN for a nonblocking channel, EINTR when a signal interrupts the
+    // wait, as libibverbs (programs such as qperf end a blocking wait with an
+    // alarm and look at errno).
+    if (n < 0) return -1;
     std::lock_guard<std::mutex> g(ch->mu);
     for (FCq* f : ch->cqs) {
       if (f->ring.events() != f->events_seen) {
@@ -1059,10 +1059,7 @@ DROCE_EXPORT int ibv_get_async_event(ibv_context* c, ibv_async_event* ev) {
     }
     pollfd p[2] = {{f->events_fd, POLLIN, 0}, {fatal_done ? -1 : f->conn.fd(), POLLRDHUP, 0}};
     const int n = poll(p, 2, nonblock ? 0 : -1);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return -1;
-    }
+    if (n < 0) return -1;  // EINTR too, as libibverbs' read()
     if (p[1].revents & (POLLHUP | POLLRDHUP | POLLERR)) {
       std::lock_guard<std::mutex> g(as.mu);
       if (!as.fatal_reported) {

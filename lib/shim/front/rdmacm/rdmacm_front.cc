@@ -1049,10 +1049,7 @@ DROCE_EXPORT int rdma_get_cm_event(rdma_event_channel* channel, rdma_cm_event** 
   for (;;) {
     uint64_t v = 0;
     ssize_t n = ::read(c->ch.fd, &v, sizeof(v));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return -1;  // EAGAIN on a non-blocking channel
-    }
+    if (n < 0) return -1;  // EAGAIN on a non-blocking channel; EINTR on a signal, as librdmacm
     if (n != sizeof(v)) return fail(EIO);
     CmEventResp r{};
     int rc = call<Op::CmGetEvent>(HandleReq{c->handle}, r);
