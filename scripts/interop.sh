@@ -583,8 +583,10 @@ cm_cmd() {
     fio_send|fio_write|fio_read)  # fio's rdma engine: the server job reads, the client job writes
       local verb=${test#fio_} ver=()   # with verb=send the server checks the client's verify headers
       [ "$verb" = send ] && ver=(--verify=crc32c --verify_state_save=0)
-      if [ "$role" = server ]; then CMD=(fio --thread --ioengine=rdma --bs=64k --size=8m --iodepth=8 --name=s --port="$port" --rw=read "${ver[@]}")
-      else CMD=(fio --thread --ioengine=rdma --bs=64k --size=8m --iodepth=8 --name=c --port="$port" --hostname="$srv" --rw=write --verb="$verb" "${ver[@]}"); fi ;;
+      # fio connects with rnr_retry_count 0: the server's 64 receives for the client's 4 in
+      # flight are its slack (see test/engine/cm_pair.sh)
+      if [ "$role" = server ]; then CMD=(fio --thread --ioengine=rdma --bs=64k --size=8m --iodepth=64 --name=s --port="$port" --rw=read "${ver[@]}")
+      else CMD=(fio --thread --ioengine=rdma --bs=64k --size=8m --iodepth=4 --name=c --port="$port" --hostname="$srv" --rw=write --verb="$verb" "${ver[@]}"); fi ;;
     qperf_rc_bw|qperf_rc_lat)
       if [ "$role" = server ]; then CMD=(qperf -lp "$port")
       else CMD=(qperf -lp "$port" "$srv" -cm1 -t 2 "${test#qperf_}"); fi ;;

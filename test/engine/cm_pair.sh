@@ -69,6 +69,17 @@ pair() {
   while [ "$1" != -- ]; do srv+=("$1"); shift; done
   shift
   cli=("$@")
+  # The previous program's listener must be gone first: droced sees a program's
+  # hang-up a little after it exits, and a listener count that still holds the
+  # old server's would start the client early; its REQ then meets no listener
+  # (REJ), and perftest 4.5-0.17's client retries with the ids and nodes it
+  # has just destroyed and freed (use after free: it crashed, or its REQ
+  # reached the new server, which then hung with the retried client).
+  for _ in $(seq 100); do
+    "$CTL" -s "$T/a-ctl.sock" --json cm 2>/dev/null |
+      python3 -c 'import json,sys; sys.exit(0 if json.load(sys.stdin)["listeners"] == 0 else 1)' 2>/dev/null && break
+    sleep 0.1
+  done
   on a 90 "${srv[@]}" >"$T/$name.s" 2>&1 &
   local sp=$!
   # The client starts once node a lists the server's listener (droce-ctl cm,
@@ -140,12 +151,19 @@ fi
 # verb=read: RDMA WRITEs into and READs from the server's buffers. fio
 # registers two buffers of one struct that share a page (its send and receive
 # control blocks): the drop-in libibverbs used to refuse the second one.
-FIO=(fio --thread --ioengine=rdma --bs=64k --size=16m --iodepth=8)
+# fio connects and accepts with rnr_retry_count 0 (its conn_params are zeroed),
+# so with Linux as here a SEND that finds no receive posted fails the client at
+# the first RNR NAK; the server re-posts a buffer only once its job has taken
+# the block. The server posts 64 receives for the client's 4 in flight: slack
+# for a server thread descheduled on a loaded host (8 and 8 failed once).
+FIO=(fio --thread --ioengine=rdma --bs=64k --size=16m --verify_state_save=0)
+FIO_S=("${FIO[@]}" --iodepth=64)
+FIO_C=("${FIO[@]}" --iodepth=4)
 fio_io() {  # fio_io FILE READ|WRITE: io= of the job's summary line
   sed -n "s/^ *$2: .*io=\([^ ]*\) .*/\1/p" "$1" | head -n 1
 }
-pair fio_send "${FIO[@]}" --name=s --port=17180 --rw=read --verify=crc32c -- \
-  "${FIO[@]}" --name=c --port=17180 --hostname="$A" --rw=write --verb=send --verify=crc32c
+pair fio_send "${FIO_S[@]}" --name=s --port=17180 --rw=read --verify=crc32c -- \
+  "${FIO_C[@]}" --name=c --port=17180 --hostname="$A" --rw=write --verb=send --verify=crc32c
 if [ "$crc" -eq 0 ] && [ "$src" -eq 0 ] && [ "$(fio_io "$T/fio_send.s" READ)" = 16.0MiB ] &&
    [ "$(fio_io "$T/fio_send.c" WRITE)" = 16.0MiB ] && ! grep -q 'verify:' "$T/fio_send.s"; then
   ok "fio rdma verb=send, verify=crc32c: 16 MiB checked by the server ($(sed -n 's/^ *READ: bw=\([^ ]*\) .*/\1/p' "$T/fio_send.s"))"
@@ -154,16 +172,16 @@ else
 fi
 # The same with a client that writes no verify headers: the server's check
 # must refuse the blocks (so the case above did check something).
-PAIR_CLIENT_SECS=15 pair fio_nover "${FIO[@]}" --name=s --port=17181 --rw=read --verify=crc32c -- \
-  "${FIO[@]}" --name=c --port=17181 --hostname="$A" --rw=write --verb=send
+PAIR_CLIENT_SECS=15 pair fio_nover "${FIO_S[@]}" --name=s --port=17181 --rw=read --verify=crc32c -- \
+  "${FIO_C[@]}" --name=c --port=17181 --hostname="$A" --rw=write --verb=send
 if [ "$src" -ne 0 ] && grep -q 'verify: bad magic header' "$T/fio_nover.s"; then
   ok "fio rdma verb=send: blocks without verify headers are refused by the server's check"
 else
   bad "fio verb=send without verify headers: server rc $src"; show fio_nover
 fi
 for verb in write read; do
-  pair "fio_$verb" "${FIO[@]}" --name=s --port=1718$([ $verb = write ] && echo 2 || echo 3) --rw=read -- \
-    "${FIO[@]}" --name=c --port=1718$([ $verb = write ] && echo 2 || echo 3) --hostname="$A" --rw=write --verb=$verb
+  pair "fio_$verb" "${FIO_S[@]}" --name=s --port=1718$([ $verb = write ] && echo 2 || echo 3) --rw=read -- \
+    "${FIO_C[@]}" --name=c --port=1718$([ $verb = write ] && echo 2 || echo 3) --hostname="$A" --rw=write --verb=$verb
   if [ "$crc" -eq 0 ] && [ "$src" -eq 0 ] && [ "$(fio_io "$T/fio_$verb.c" WRITE)" = 16.0MiB ]; then
     ok "fio rdma verb=$verb: 16 MiB ($(sed -n 's/^ *WRITE: bw=\([^ ]*\) .*/\1/p' "$T/fio_$verb.c"))"
   else
