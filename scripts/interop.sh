@@ -991,7 +991,7 @@ run_case() {
   shift
   [[ -z "${INTEROP_ONLY:-}" || "$1" == $INTEROP_ONLY ]] || return 0
   [[ -z "${INTEROP_MTU:-}" || "$3" == "$INTEROP_MTU" ]] || return 0
-  [[ -z "${INTEROP_SKIP:-}" || "$1:$3:$4:$5" != $INTEROP_SKIP ]] || return 0
+  [[ -z "${INTEROP_SKIP:-}" || "$1:$3:$4:${5:-}" != $INTEROP_SKIP ]] || return 0
   if ! guest_ok; then
     echo "== guest $G1 does not answer ping: rebooting it"
     boot_guest "$G1" "$G1_IP" "$CUR_MTU"
