@@ -69,6 +69,7 @@ void DemuxIo::drain() noexcept {
   }
   for (uint16_t i = 0; i < nbacklog_; ++i) release(backlog_[i]);
   nbacklog_ = 0;
+  while (loop_tail_ != loop_head_) release(loop_[loop_tail_++ & (kLoop - 1)]);
   flush_free();
 }
 
@@ -235,8 +236,14 @@ uint16_t DemuxIo::rx_burst(io::PktBuf** bufs, uint16_t n) noexcept {
     nbacklog_ = static_cast<uint16_t>(nbacklog_ - k);
     nout = k;
   }
+  // 1. Frames our engine sent to our own MAC (loopback), back into the
+  // classifier: this engine, another core's ring, or the home core. At most
+  // half the burst here (the rings and the device queue get their turn), the
+  // rest after them if room is left.
+  const uint16_t lb_cap = static_cast<uint16_t>(nout + (n - nout + 1) / 2);
+  while (nout < lb_cap && loop_tail_ != loop_head_) classify(loop_[loop_tail_++ & (kLoop - 1)], bufs, nout, n, true);
   io::PktBuf* tmp[kTmp];
-  // 1. Frames other cores forwarded to us.
+  // 2. Frames other cores forwarded to us.
   const Dataplane::PortState& ps = dp_.ports_[port_];
   const uint32_t ncores = static_cast<uint32_t>(ps.cores.size());
   if (ncores > 1) {
@@ -249,7 +256,7 @@ uint16_t DemuxIo::rx_burst(io::PktBuf** bufs, uint16_t n) noexcept {
       for (unsigned i = 0; i < k; ++i) classify(tmp[i], bufs, nout, n, true);
     }
   }
-  // 2. Our own queue.
+  // 3. Our own queue.
   if (nout < n) {
     uint16_t want = static_cast<uint16_t>(n - nout);
     uint16_t k = q_.rx_burst(tmp, want);
@@ -266,39 +273,111 @@ uint16_t DemuxIo::rx_burst(io::PktBuf** bufs, uint16_t n) noexcept {
       classify(tmp[i], bufs, nout, n, false);
     }
   }
+  // 4. More loopback frames if the burst has room.
+  while (nout < n && loop_tail_ != loop_head_) classify(loop_[loop_tail_++ & (kLoop - 1)], bufs, nout, n, true);
   flush_free();
   return nout;
+}
+
+bool DemuxIo::to_our_ip(const io::PktBuf* b) const noexcept {
+  // Only for frames to our own MAC (rare on the wire path). Two ports with one
+  // MAC (net_ring pairs in tests) still reach each other: the IP decides.
+  const uint8_t* d = b->data;
+  if (b->len < 14) return false;
+  uint16_t et = be16(d + 12);
+  uint32_t l3 = 14;
+  if (et == wire::kEtherTypeVlan) {
+    if (b->len < 18) return false;
+    et = be16(d + 16);
+    l3 = 18;
+  }
+  const netstack::NetStack& st = *dp_.ports_[port_].stack;  // addresses: fixed at construction
+  if (et == wire::kEtherTypeIpv4 && b->len >= l3 + 20) {
+    const uint8_t* a = d + l3 + 16;
+    return st.is_our_ipv4(uint32_t{a[0]} << 24 | uint32_t{a[1]} << 16 | uint32_t{a[2]} << 8 | a[3]);
+  }
+  if (et == wire::kEtherTypeIpv6 && b->len >= l3 + 40) {
+    wire::Gid g;
+    std::memcpy(g.data(), d + l3 + 24, 16);
+    return st.is_our_ipv6(g);
+  }
+  return false;
+}
+
+bool DemuxIo::loop_back(io::PktBuf* b) noexcept {
+  if (loop_head_ - loop_tail_ == kLoop) {
+    pc_->add(PortCounter::loopback_full);
+    return false;
+  }
+  if (b->ext != nullptr) [[unlikely]] {
+    // Zero-copy frame: the payload is the MR's bytes by reference, which may
+    // change once the WQE completes; make the frame whole (the engine made
+    // sure it fits its buffer, as DpdkQueueIo's copy fallback relies on).
+    if (b->len + b->ext_len + b->tail_len > b->cap) {
+      pc_->add(PortCounter::loopback_drops);
+      b->ext = nullptr;
+      release(b);
+      return true;
+    }
+    std::memcpy(b->data + b->len, b->ext, b->ext_len);
+    std::memcpy(b->data + b->len + b->ext_len, b->tail, b->tail_len);
+    b->len += b->ext_len + b->tail_len;
+    b->ext = nullptr;
+  }
+  loop_[loop_head_++ & (kLoop - 1)] = b;
+  pc_->add(PortCounter::tx_loopback);
+  return true;
+}
+
+uint16_t DemuxIo::send_frames(io::PktBuf** bufs, uint16_t n, bool must_take, int tries) noexcept {
+  // In order, a prefix: runs of wire frames to the device, frames to
+  // ourselves to the loopback FIFO. A full FIFO stops here like a full device
+  // queue, unless must_take (the frames were taken already): a counted drop.
+  uint16_t i = 0, wire = 0;
+  uint64_t bytes = 0;
+  while (i < n) {
+    uint16_t j = i;
+    while (j < n && !to_self(bufs[j])) ++j;
+    if (j > i) {
+      const uint16_t start = i;
+      for (int t = 0; t < tries && i < j; ++t) i = static_cast<uint16_t>(i + q_.tx_burst(bufs + i, static_cast<uint16_t>(j - i)));
+      for (uint16_t x = start; x < i; ++x) bytes += dpdk::DpdkQueueIo::mbuf_of(bufs[x])->pkt_len;
+      wire = static_cast<uint16_t>(wire + (i - start));
+      if (i < j) break;
+    }
+    bool stop = false;
+    while (i < n && to_self(bufs[i])) {
+      if (!loop_back(bufs[i])) {
+        if (!must_take) {
+          stop = true;
+          break;
+        }
+        pc_->add(PortCounter::loopback_drops);
+        release(bufs[i]);
+      }
+      ++i;
+    }
+    if (stop) break;
+  }
+  if (wire) {
+    pc_->add(PortCounter::tx_packets, wire);
+    pc_->add(PortCounter::tx_bytes, bytes);
+    cc_->add(CoreCounter::tx_bursts);
+  }
+  return i;
 }
 
 uint16_t DemuxIo::tx_burst(io::PktBuf** bufs, uint16_t n) noexcept {
   if (n == 0) return 0;
   kick_left_ = kKicks;
-  uint64_t bytes = 0;
-  if (!ftx_ || !faults_->active(config::FaultDir::tx)) {
-    const uint16_t k = q_.tx_burst(bufs, n);
-    for (uint16_t i = 0; i < k; ++i) bytes += dpdk::DpdkQueueIo::mbuf_of(bufs[i])->pkt_len;
-    if (k) {
-      pc_->add(PortCounter::tx_packets, k);
-      pc_->add(PortCounter::tx_bytes, bytes);
-      cc_->add(CoreCounter::tx_bursts);
-    }
-    return k;
-  }
+  if (!ftx_ || !faults_->active(config::FaultDir::tx)) return send_frames(bufs, n, false, 1);
   // Faults on: the injector may drop, hold or add frames, so this call takes
   // all n; frames the device refuses are counted and freed.
   io::PktBuf* tmp[kTmp];
   const uint16_t m0 = std::min<uint16_t>(n, kTmp / 2);
   std::memcpy(tmp, bufs, m0 * sizeof(io::PktBuf*));
   const uint16_t m = ftx_->apply(q_, tmp, m0, kTmp);
-  uint16_t sent = 0;
-  for (int tries = 0; tries < 4 && sent < m; ++tries)
-    sent = static_cast<uint16_t>(sent + q_.tx_burst(tmp + sent, static_cast<uint16_t>(m - sent)));
-  for (uint16_t i = 0; i < sent; ++i) bytes += dpdk::DpdkQueueIo::mbuf_of(tmp[i])->pkt_len;
-  if (sent) {
-    pc_->add(PortCounter::tx_packets, sent);
-    pc_->add(PortCounter::tx_bytes, bytes);
-    cc_->add(CoreCounter::tx_bursts);
-  }
+  const uint16_t sent = send_frames(tmp, m, true, 4);
   if (sent < m) {
     pc_->add(PortCounter::tx_drop_full, m - sent);
     q_.free_burst(tmp + sent, static_cast<uint16_t>(m - sent));

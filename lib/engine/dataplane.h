@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -103,6 +104,14 @@ class DemuxIo final : public io::PacketIo {
   void forward(io::PktBuf* b, uint32_t to) noexcept;
   void host_frame(io::PktBuf* b, uint64_t now) noexcept;
   void send_host(io::PktBuf* b) noexcept;
+  // Loopback (README: Loopback): frames to the port's own MAC go to loop_
+  // instead of the device; rx_burst feeds them to classify().
+  bool to_self(const io::PktBuf* b) const noexcept {
+    return b->len >= 6 && std::memcmp(b->data, mac_.data(), 6) == 0 && to_our_ip(b);
+  }
+  bool to_our_ip(const io::PktBuf* b) const noexcept;
+  uint16_t send_frames(io::PktBuf** bufs, uint16_t n, bool must_take, int tries) noexcept;
+  bool loop_back(io::PktBuf* b) noexcept;
   void release(io::PktBuf* b) noexcept {
     free_[nfree_++] = b;
     if (nfree_ == kTmp) flush_free();
@@ -129,6 +138,9 @@ class DemuxIo final : public io::PacketIo {
   uint32_t kick_left_ = 0;  // zero-length TX bursts still to do (af_packet sends on the next kick)
   io::PktBuf* backlog_[kTmp]{};  // frames for our engine beyond the burst it asked for
   uint16_t nbacklog_ = 0;
+  static constexpr uint32_t kLoop = 256;  // loopback FIFO (power of two)
+  io::PktBuf* loop_[kLoop]{};
+  uint32_t loop_head_ = 0, loop_tail_ = 0;  // free-running; producer = consumer = this core
 };
 
 // One lcore's poll loop. Everything here is touched only by that lcore

@@ -426,6 +426,12 @@ NetStack::Resolve NetStack::resolve(const wire::Gid& ip, uint64_t now, wire::Mac
   out_len = 0;
   if (out.size() < l2_len() + 40 + kNdWithLla) return Resolve::NoRoom;
   if (wire::gid_is_ipv4_mapped(ip) && cfg_.ipv4.empty()) return Resolve::Failed;
+  // One of our own addresses: our own MAC, no ARP/ND (the dataplane loops
+  // frames to it back; lib/engine/README.md, Loopback).
+  if (wire::gid_is_ipv4_mapped(ip) ? is_our_ipv4(wire::gid_to_ipv4(ip)) : is_our_ipv6(ip)) {
+    mac = cfg_.mac;
+    return Resolve::Ready;
+  }
   switch (neigh_.lookup(ip, now, mac)) {
     case NeighCache::Lookup::Hit: return Resolve::Ready;
     case NeighCache::Lookup::HitProbe: {

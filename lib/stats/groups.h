@@ -15,7 +15,8 @@ namespace droce::stats {
   X(rx_drop_no_qp) X(rx_drop_vlan) X(tx_drop_full) X(tx_drop_no_route)           \
   X(arp_resolved) X(arp_timeouts)                                               \
   X(fault_rx_drop) X(fault_rx_duplicate) X(fault_rx_reorder) X(fault_rx_corrupt) \
-  X(fault_tx_drop) X(fault_tx_duplicate) X(fault_tx_reorder) X(fault_tx_corrupt)
+  X(fault_tx_drop) X(fault_tx_duplicate) X(fault_tx_reorder) X(fault_tx_corrupt) \
+  X(tx_loopback) X(loopback_full) X(loopback_drops)
 DROCE_COUNTERS(PortCounter, "port", DROCE_PORT_COUNTERS);
 
 #define DROCE_CORE_COUNTERS(X)                                                  \

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <memory>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "dpdk/eal.h"
@@ -693,6 +694,215 @@ TEST_CASE("embedded: the port's RDMA CM (Embedded::cm) connects two nodes and th
   REQUIRE(wait(eb, cm::EventType::Disconnected, nullptr));
   CHECK(a.gsi()->counter(cm::GsiCtr::RxShort) == 0);
   CHECK(a.cm().counter(cm::CmCtr::RxBad) == 0);
+}
+
+TEST_CASE("dataplane: loopback: QPs of one port talk through the dataplane, not the wire (RC all opcodes, UD, QP on another core)") {
+  dpdk::RingPair rings("dplb", 2);
+  dpdk::Port pa(dpdk::PortConfig{.port_id = rings.port_a(), .rx_queues = 2, .tx_queues = 2, .mbufs = 4095});
+  dpdk::Port pb(dpdk::PortConfig{.port_id = rings.port_b(), .rx_queues = 2, .tx_queues = 2, .mbufs = 4095});
+  constexpr uint32_t kIp = 0x0A3F0001;
+  engine::DataplaneConfig c = make_cfg(pa, kIp, {rte_lcore_id(), rte_lcore_id()}, nullptr);
+  c.engine.zero_copy_min = 512;  // the 64 KiB transfers leave by reference: the loopback must copy them
+  Dataplane d(c);
+  REQUIRE(d.port_cores(0).size() == 2);
+  const wire::Gid me = wire::gid_from_ipv4(kIp);
+  auto pc = [&](stats::PortCounter k) { return d.port_counters(0).sum(k); };
+
+  // Our own address resolves to our own MAC at once, without an ARP request.
+  wire::MacAddr mac{};
+  REQUIRE(d.resolve_step(0, me, mac) == Dataplane::ResolveStep::Ready);
+  CHECK(mac == pa.mac());
+  CHECK(pc(stats::PortCounter::tx_arp) == 0);
+  CHECK(d.neighbours().empty());
+
+  const uint32_t pd = d.alloc_pd();
+  constexpr size_t kLen = 5 << 20;
+  auto* mem = static_cast<uint8_t*>(d.alloc_dma(kLen));
+  REQUIRE(mem);
+  std::memset(mem, 0, kLen);
+  uint32_t key = 0;
+  REQUIRE(d.reg_mr(0, pd, mem, kLen, verbs::kAccessAll, &key) == 0);
+  const uint64_t base = reinterpret_cast<uint64_t>(mem);
+
+  // q0 <-> q1: QPs on the two cores (frames cross through the SPSC rings);
+  // q2 <-> q3: both on core 0 (the loopback FIFO straight into the same engine).
+  QpRef q0 = make_qp(d, 0, pd), q1 = make_qp(d, 1, pd), q2 = make_qp(d, 0, pd), q3 = make_qp(d, 0, pd);
+  REQUIRE(q0.qpn % 2 == 0);
+  REQUIRE(q1.qpn % 2 == 1);
+  REQUIRE(to_rts(d, q0, q1.qpn, me, mac) == 0);
+  REQUIRE(to_rts(d, q1, q0.qpn, me, mac) == 0);
+  REQUIRE(to_rts(d, q2, q3.qpn, me, mac) == 0);
+  REQUIRE(to_rts(d, q3, q2.qpn, me, mac) == 0);
+
+  // Polls until n completions on cq; each must succeed. Returns them.
+  auto wait = [&](verbs::Cq* cq, int n) {
+    std::vector<verbs::Wc> out;
+    for (int it = 0; it < 2'000'000 && static_cast<int>(out.size()) < n; ++it) {
+      d.poll_all();
+      verbs::Wc wc;
+      while (cq->poll(&wc, 1) == 1) out.push_back(wc);
+    }
+    for (const auto& wc : out) CHECK(wc.status == verbs::WcStatus::Success);
+    return out;
+  };
+  auto post = [&](const QpRef& q, verbs::SendWr w) { return d.core(q.core).engine(0)->post_send(q.qpn, w); };
+  auto recv = [&](const QpRef& q, uint64_t id, uint64_t addr, uint32_t len) {
+    verbs::RecvWr r;
+    r.wr_id = id;
+    r.num_sge = 1;
+    r.sg_list[0] = {addr, len, key};
+    return d.core(q.core).engine(0)->post_recv(q.qpn, r);
+  };
+  for (size_t k = 0; k < (1u << 20); ++k) mem[k] = static_cast<uint8_t>(k * 7 + 3);
+
+  for (auto [a, b, off] : {std::tuple{q0, q1, size_t{1} << 20}, std::tuple{q2, q3, size_t{2} << 20}}) {
+    INFO("QPN " << a.qpn << " (core " << a.core << ") -> QPN " << b.qpn << " (core " << b.core << ")");
+    // WRITE 64 KiB (zero-copy source), WRITE with immediate, SEND with immediate.
+    verbs::SendWr w;
+    w.opcode = verbs::WrOpcode::RdmaWrite;
+    w.num_sge = 1;
+    w.sg_list[0] = {base, 65536, key};
+    w.rdma = {base + off, key};
+    REQUIRE(post(a, w) == 0);
+    REQUIRE(recv(b, 11, base + off + 0x80000, 4096) == 0);
+    REQUIRE(recv(b, 12, base + off + 0x90000, 4096) == 0);
+    w.opcode = verbs::WrOpcode::RdmaWriteImm;
+    w.sg_list[0] = {base + 100, 1000, key};
+    w.rdma = {base + off + 0x10000, key};
+    w.imm_data = 0x11223344;
+    REQUIRE(post(a, w) == 0);
+    w.opcode = verbs::WrOpcode::SendImm;
+    w.sg_list[0] = {base + 200, 3000, key};
+    w.imm_data = 0x55667788;
+    REQUIRE(post(a, w) == 0);
+    REQUIRE(wait(a.scq, 3).size() == 3);
+    auto rw = wait(b.rcq, 2);
+    REQUIRE(rw.size() == 2);
+    CHECK(rw[0].opcode == verbs::WcOpcode::RecvRdmaWithImm);
+    CHECK(rw[0].imm_data == 0x11223344);
+    CHECK(rw[1].opcode == verbs::WcOpcode::Recv);
+    CHECK(rw[1].imm_data == 0x55667788);
+    CHECK(rw[1].byte_len == 3000);
+    CHECK(std::memcmp(mem + off, mem, 65536) == 0);
+    CHECK(std::memcmp(mem + off + 0x10000, mem + 100, 1000) == 0);
+    CHECK(std::memcmp(mem + off + 0x90000, mem + 200, 3000) == 0);
+    // READ 64 KiB back into another place; fetch-and-add and compare-and-swap.
+    verbs::SendWr r;
+    r.opcode = verbs::WrOpcode::RdmaRead;
+    r.num_sge = 1;
+    r.sg_list[0] = {base + off + 0x20000, 65536, key};
+    r.rdma = {base + 4096, key};
+    REQUIRE(post(a, r) == 0);
+    uint64_t word = 1000;
+    std::memcpy(mem + off + 0x40000, &word, 8);
+    verbs::SendWr at;
+    at.opcode = verbs::WrOpcode::AtomicFetchAdd;
+    at.num_sge = 1;
+    at.sg_list[0] = {base + off + 0x40008, 8, key};
+    at.atomic = {base + off + 0x40000, 5, 0, key};
+    REQUIRE(post(a, at) == 0);
+    at.opcode = verbs::WrOpcode::AtomicCmpSwp;
+    at.sg_list[0] = {base + off + 0x40010, 8, key};
+    at.atomic = {base + off + 0x40000, 1005, 77, key};
+    REQUIRE(post(a, at) == 0);
+    REQUIRE(wait(a.scq, 3).size() == 3);
+    CHECK(std::memcmp(mem + off + 0x20000, mem + 4096, 65536) == 0);
+    uint64_t v = 0;
+    std::memcpy(&v, mem + off + 0x40008, 8);
+    CHECK(v == 1000);  // fetch-add returned the old value
+    std::memcpy(&v, mem + off + 0x40010, 8);
+    CHECK(v == 1005);  // compare-and-swap saw the sum
+    std::memcpy(&v, mem + off + 0x40000, 8);
+    CHECK(v == 77);
+  }
+
+  // 1 MiB WRITEs both ways between q2 and q3 (one core): 64 request packets
+  // per poll against a receive burst of 32 outrun the loopback FIFO (256): it
+  // pushes back like a full device queue; nothing is lost or resent.
+  const uint64_t retrans0 = tctr(d, transport::Ctr::ReqRetransmits);
+  {
+    verbs::SendWr w;
+    w.opcode = verbs::WrOpcode::RdmaWrite;
+    w.num_sge = 1;
+    w.sg_list[0] = {base, 1u << 20, key};
+    w.rdma = {base + (3u << 20), key};
+    REQUIRE(post(q2, w) == 0);
+    w.sg_list[0] = {base + 8, (1u << 20) - 8, key};
+    w.rdma = {base + (4u << 20), key};
+    REQUIRE(post(q3, w) == 0);
+    REQUIRE(wait(q2.scq, 1).size() == 1);
+    REQUIRE(wait(q3.scq, 1).size() == 1);
+    CHECK(std::memcmp(mem + (3u << 20), mem, 1u << 20) == 0);
+    CHECK(std::memcmp(mem + (4u << 20), mem + 8, (1u << 20) - 8) == 0);
+  }
+  CHECK(pc(stats::PortCounter::loopback_full) > 0);
+  CHECK(pc(stats::PortCounter::loopback_drops) == 0);
+  CHECK(tctr(d, transport::Ctr::ReqRetransmits) == retrans0);
+
+  // UD to ourselves: core 1's UD QP sends to core 0's, and core 0's to itself.
+  auto make_ud = [&](size_t core) {
+    auto r = std::make_shared<QpRef>();
+    r->core = core;
+    REQUIRE(d.run_on(core, [r, pd](CoreLoop& cl) {
+      transport::Engine* e = cl.engine(0);
+      r->scq = e->create_cq(64);
+      r->rcq = e->create_cq(64);
+      verbs::QpInitAttr init;
+      init.qp_type = verbs::QpType::UD;
+      init.pd = pd;
+      init.send_cq = r->scq;
+      init.recv_cq = r->rcq;
+      if (e->create_qp(init, &r->qpn) != 0) return;
+      using namespace verbs;
+      QpAttr a;
+      a.qp_state = QpState::Init;
+      a.qkey = 0x1234;
+      if (e->modify_qp(r->qpn, a, kQpState | kQpPkeyIndex | kQpPort | kQpQkey)) r->qpn = 0;
+      a.qp_state = QpState::Rtr;
+      if (e->modify_qp(r->qpn, a, kQpState)) r->qpn = 0;
+      a.qp_state = QpState::Rts;
+      a.sq_psn = 5;
+      if (e->modify_qp(r->qpn, a, kQpState | kQpSqPsn)) r->qpn = 0;
+    }));
+    REQUIRE(r->qpn != 0);
+    return *r;
+  };
+  QpRef u0 = make_ud(0), u1 = make_ud(1);
+  verbs::Ah ah;
+  ah.dgid = me;
+  ah.dmac = mac;
+  const verbs::Ah* ah1 = d.core(1).engine(0)->create_ah(d.core(1).engine(0)->alloc_pd(), ah);
+  const verbs::Ah* ah0 = d.core(0).engine(0)->create_ah(d.core(0).engine(0)->alloc_pd(), ah);
+  REQUIRE(ah0);
+  REQUIRE(ah1);
+  REQUIRE(recv(u0, 21, base + 0x300000, 2048) == 0);
+  REQUIRE(recv(u0, 22, base + 0x301000, 2048) == 0);
+  for (auto [q, a, from] : {std::tuple{u1, ah1, 0}, std::tuple{u0, ah0, 500}}) {
+    verbs::SendWr w;
+    w.opcode = verbs::WrOpcode::Send;
+    w.num_sge = 1;
+    w.sg_list[0] = {base + static_cast<uint64_t>(from), 1000, key};
+    w.ud = {a, u0.qpn, 0x1234};
+    REQUIRE(post(q, w) == 0);
+    REQUIRE(wait(q.scq, 1).size() == 1);
+  }
+  auto ru = wait(u0.rcq, 2);
+  REQUIRE(ru.size() == 2);
+  CHECK(ru[0].byte_len == 1040);  // GRH + payload
+  CHECK(ru[1].byte_len == 1040);
+  // Two senders: the arrival order is free (a UD send completes when sent).
+  const bool in_order = std::memcmp(mem + 0x300000 + 40, mem, 1000) == 0 &&
+                        std::memcmp(mem + 0x301000 + 40, mem + 500, 1000) == 0;
+  const bool swapped = std::memcmp(mem + 0x300000 + 40, mem + 500, 1000) == 0 &&
+                       std::memcmp(mem + 0x301000 + 40, mem, 1000) == 0;
+  CHECK((in_order || swapped));
+
+  // Nothing of it went on the wire; every frame came back through the loopback.
+  CHECK(pc(stats::PortCounter::tx_packets) == 0);
+  CHECK(pc(stats::PortCounter::tx_loopback) > 2000);
+  CHECK(d.core_counters().sum(stats::CoreCounter::ring_enqueued) > 0);  // q0/q1, u1 -> u0 crossed cores
+  CHECK(tctr(d, transport::Ctr::RxIcrcErr) == 0);
+  d.stop();
 }
 
 TEST_CASE("dataplane: bad configurations are refused with a clear error") {

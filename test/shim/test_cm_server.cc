@@ -188,6 +188,9 @@ struct Conn {
     REQUIRE(srv.listen(lid) == 0);
     cch = cli.channel();
     cid = cli.id(cch, ps, qpt);
+    // From droce0's address: unbound, a route to droce1's own address would
+    // stay on droce1 (loopback).
+    REQUIRE(cli.bind(cid, addr4(kDevA, 0)) == 0);
     REQUIRE(cli.resolve(cid, addr4(kDevB, port)) == 0);
     cli.expect(cch, RDMA_CM_EVENT_ADDR_RESOLVED);
     REQUIRE(cli.route(cid) == 0);

@@ -63,9 +63,13 @@ TEST_CASE("engine cm: addresses, routes and GID indexes from the ports' GID tabl
   CHECK(be.cm_gid_index(0, gid_of(0)) == static_cast<int>(kRoceGidIndex));
   CHECK(be.cm_gid_index(0, gid_of(1)) == -ENOENT);
   CHECK(be.cm_gid_index(7, gid_of(0)) == -ENODEV);
-  // 10.77.0.2 is droce1's own: it is reached through droce0 (a port does not hear itself).
+  // 10.77.0.2 is droce1's own: reached through droce1 itself, from that
+  // address (the dataplane loops frames to its own MAC back).
   wire::Gid src{};
   REQUIRE(be.cm_route(gid_of(1), &dev, &src) == 0);
+  CHECK(dev == 1);
+  CHECK(src == gid_of(1));
+  REQUIRE(be.cm_route(gid_of(0), &dev, &src) == 0);
   CHECK(dev == 0);
   CHECK(src == gid_of(0));
   REQUIRE(be.cm_route(wire::gid_from_ipv4(0x0A4D0063), &dev, &src) == 0);
@@ -162,6 +166,51 @@ TEST_CASE("engine cm: connect, accept, establish and disconnect between two port
   be.cm_destroy(1, l);
   CHECK(ev.on_core_thread);  // events came from the core, not the caller
   CHECK(be.cm_listen(4, cm::PortSpace::Tcp, {{}, 1}, cm::QpKind::Rc, 0, nullptr) == -ENODEV);
+}
+
+TEST_CASE("engine cm: a connect to our own address: REQ/REP/RTU/DREQ from QP1 to QP1 of one port (loopback)", "[cm]") {
+  Events ev;
+  EngineCmBackend be(dataplane(), backend_config());
+  be.cm_set_sink(ev.sink());
+  uint32_t dev = 9;
+  wire::Gid src{};
+  REQUIRE(be.cm_route(gid_of(0), &dev, &src) == 0);
+  REQUIRE(dev == 0);
+  REQUIRE(be.cm_resolve(0, gid_of(0)) == 0);  // our own MAC, at once
+  cm::ConnId l = 0, act = 0;
+  REQUIRE(be.cm_listen(0, cm::PortSpace::Tcp, {{}, 7480}, cm::QpKind::Rc, 5, &l) == 0);
+  cm::ConnectArgs a;
+  a.local = {gid_of(0), 40100};
+  a.remote = {gid_of(0), 7480};
+  a.param.qpn = 0x321;
+  REQUIRE(be.cm_connect(0, a, 6, &act) == 0);
+  cm::Event req;
+  REQUIRE(ev.take(0, cm::EventType::ConnectRequest, &req));
+  CHECK(req.listen_id == l);
+  CHECK(req.remote.ip == gid_of(0));
+  CHECK(req.remote.port == 40100);
+  cm::ConnParam acc;
+  acc.qpn = 0x654;
+  REQUIRE(be.cm_accept(0, req.id, acc) == 0);
+  cm::Event rep;
+  REQUIRE(ev.take(0, cm::EventType::ConnectResponse, &rep));
+  CHECK(rep.user == 6);
+  CHECK(rep.param.qpn == 0x654);
+  cm::QpParams qa{}, qb{};
+  REQUIRE(be.cm_qp_params(0, act, &qa) == 0);
+  REQUIRE(be.cm_qp_params(0, req.id, &qb) == 0);
+  CHECK(qa.dest_qpn == 0x654);
+  CHECK(qb.dest_qpn == 0x321);
+  CHECK(qa.dgid == gid_of(0));
+  CHECK(qb.dgid == gid_of(0));
+  REQUIRE(be.cm_establish(0, act) == 0);
+  REQUIRE(ev.take(0, cm::EventType::Established));
+  REQUIRE(be.cm_disconnect(0, act) == 0);
+  REQUIRE(ev.take(0, cm::EventType::Disconnected));
+  REQUIRE(ev.take(0, cm::EventType::Disconnected));
+  be.cm_destroy(0, act);
+  be.cm_destroy(0, req.id);
+  be.cm_destroy(0, l);
 }
 
 TEST_CASE("engine cm: a connect to an address nobody answers ends Unreachable, not blocked", "[cm]") {

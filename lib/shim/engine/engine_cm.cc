@@ -194,9 +194,9 @@ int EngineCmBackend::cm_route(const wire::Gid& dst, uint32_t* dev, wire::Gid* sr
     for (const wire::Gid& g : dp_.gids(p).all()) {
       if (!same_family(g, dst)) continue;
       if (!wire::gid_is_ipv4_mapped(g) && link_local(g) != dst_ll) continue;
-      // dst one of our own addresses: only when nothing else fits (a port
-      // does not hear its own frames; another port on the link may).
-      const int n = g == dst ? 0 : 1 + common_prefix(g, dst);
+      // dst one of our own addresses: the port that has it, from that
+      // address (the dataplane loops the frames back: lib/engine/README.md).
+      const int n = g == dst ? 1000 : 1 + common_prefix(g, dst);
       if (n > best) {
         best = n;
         best_dev = p;
