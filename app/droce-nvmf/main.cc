@@ -27,6 +27,7 @@ struct Opts {
   std::vector<std::string> ip;
   uint32_t mtu = 1024;
   double f_drop_rx = 0, f_drop_tx = 0;
+  bool no_remote_inv = false;
 };
 
 void print_report(const nvmf::rdma::RdmaTarget& t) {
@@ -62,6 +63,8 @@ int main(int argc, char** argv) {
   app.add_option("-c,--config", o.config, "TOML file with the [nvmf] section (lib/nvmf/README.md)")->required();
   app.add_option("--fault-drop", o.f_drop_rx, "drop this fraction of received frames")->check(CLI::Range(0.0, 1.0));
   app.add_option("--fault-tx-drop", o.f_drop_tx, "drop this fraction of sent frames")->check(CLI::Range(0.0, 1.0));
+  app.add_flag("--no-remote-invalidate", o.no_remote_inv,
+               "answer with a plain SEND even when the host's SGL asks for invalidation (the host invalidates)");
   app.footer("EAL arguments after --. `listen` defaults to the --ip addresses. SIGTERM/SIGINT disconnect the hosts "
              "and exit 0 after printing per-queue counters.");
   try {
@@ -93,6 +96,7 @@ int main(int argc, char** argv) {
     nvmf::rdma::RdmaOptions ro;
     ro.listen = cfg.listen;
     ro.port = cfg.target.port;
+    ro.remote_invalidate = !o.no_remote_inv;
     nvmf::rdma::RdmaTarget tgt(node, target, ro);
     std::signal(SIGTERM, on_signal);
     std::signal(SIGINT, on_signal);

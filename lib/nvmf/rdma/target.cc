@@ -326,8 +326,9 @@ uint32_t RdmaTarget::poll_queue(Conn& c, uint64_t now) {
         case Action::Send: {  // the CQE into the slot's registered 16 bytes
           uint8_t* cqe = c.cqe_base + size_t{a.slot} * kCqeStride;
           std::memcpy(cqe, a.local, kCqeSize);
-          w.opcode = a.invalidate ? wire::WrOpcode::SendInv : wire::WrOpcode::Send;
-          w.invalidate_rkey = a.invalidate ? a.rkey : 0;
+          const bool inv = a.invalidate && opt_.remote_invalidate;
+          w.opcode = inv ? wire::WrOpcode::SendInv : wire::WrOpcode::Send;
+          w.invalidate_rkey = inv ? a.rkey : 0;
           w.sg_list[0] = {reinterpret_cast<uint64_t>(cqe), kCqeSize, c.lkey};
           break;
         }

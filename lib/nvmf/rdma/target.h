@@ -28,6 +28,10 @@ struct RdmaOptions {
   uint16_t port = kRdmaPort;        // 4420
   uint8_t initiator_depth = 16;     // RDMA READs in flight we ask for (the host's REQ caps it)
   uint32_t mac_wait_ms = 3000;      // a REQ whose sender's MAC is unknown waits this long, then REJ
+  // SEND with Invalidate when the host's SGL asks for it (0x4F). false: a
+  // plain SEND, the host invalidates its key itself (NVMe-oF leaves remote
+  // invalidation to the target's choice).
+  bool remote_invalidate = true;
 };
 
 // Counters of one queue (the Queue's own plus the glue's).
