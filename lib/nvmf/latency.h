@@ -14,7 +14,7 @@
 
 namespace droce::nvmf {
 
-struct LatencyHistogram {
+struct QueueLatency {
   static constexpr size_t kBuckets = 40;
   std::array<uint64_t, kBuckets> bucket{};
   uint64_t count = 0;

@@ -367,6 +367,9 @@ TEST_CASE("nvmf rdma: a host of droce pieces connects through the CM, Identify, 
   CHECK(rep[1].qid == 1);
   CHECK(rep[1].cntlid == cntlid);
   CHECK(rep[1].q.commands == 5 + 1);
+  CHECK(rep[1].q.latency.count == 5 + 1);  // each answered and its SEND completed
+  CHECK(rep[1].q.latency.percentile(0.99) > 0);
+  CHECK(rep[1].q.latency.max_ns < 10'000'000'000ull);
   CHECK(rep[1].q.bytes_in == kConnectDataSize + 4096 + 32768);
   CHECK(rep[1].q.bytes_out == 4096 + 32768);
   CHECK(rep[1].q.overflow == 0);
@@ -523,6 +526,7 @@ TEST_CASE("nvmf rdma: a file namespace through the glue: writes and reads with d
   auto rep = r.tgt->report();
   REQUIRE(rep.size() == 2);
   CHECK(rep[1].q.file_commands == 3 + 3 + 1);
+  CHECK(rep[1].q.latency.count == rep[1].q.commands);
   CHECK(rep[1].q.no_ring == 0);
   CHECK(rep[1].q.errors == 1);
   CHECK(r.tgt->ring()->counters().completed == 7);
