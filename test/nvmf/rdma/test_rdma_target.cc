@@ -606,6 +606,42 @@ TEST_CASE("nvmf rdma: a queue disconnected with a file command in the ring is de
   r.a.destroy_qp(io.qp);
 }
 
+TEST_CASE("nvmf rdma: keep-alive through the glue: kept alive while the host sends Keep Alive, dropped when it stops",
+          "[nvmf][rdma][kato]") {
+  Rig r(tcfg());
+  HostQueue adm, io;
+  const uint16_t cntlid = r.bring_up(adm, io, 200);  // KATO 200 ms: expires 300 ms after the last Keep Alive
+  REQUIRE(r.tgt->queues() == 2);
+  // 800 ms (4 x KATO) of Keep Alive every 100 ms: the controller stays.
+  const auto t0 = std::chrono::steady_clock::now();
+  auto next = t0;
+  while (std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(800)) {
+    if (std::chrono::steady_clock::now() >= next) {
+      REQUIRE(r.run(adm, Rig::cmd(0x18)).status.ok());
+      next += std::chrono::milliseconds(100);
+    }
+    r.pump();
+  }
+  CHECK(r.tgt->counters().keep_alive_expired == 0);
+  CHECK(r.tgt->queues() == 2);
+  REQUIRE(r.target.controller(cntlid) != nullptr);
+  // The host goes quiet: within KATO x 1.5 + the 100 ms check the target drops the controller
+  // and disconnects both queues; the host sees a DREQ on each.
+  const auto quiet = std::chrono::steady_clock::now();
+  REQUIRE(r.until([&] { return r.tgt->queues() == 0; }, 5));
+  const auto took = std::chrono::steady_clock::now() - quiet;
+  CHECK(took >= std::chrono::milliseconds(200));
+  CHECK(took < std::chrono::seconds(2));
+  CHECK(r.tgt->counters().keep_alive_expired == 1);
+  CHECK(r.tgt->counters().disconnects_sent == 2);
+  CHECK(r.target.controllers() == 0);
+  REQUIRE(r.until([&] {
+    return std::count_if(r.ev.begin(), r.ev.end(), [](const cm::Event& e) { return e.type == cm::EventType::Disconnected; }) == 2;
+  }, 5));
+  r.a.destroy_qp(adm.qp);
+  r.a.destroy_qp(io.qp);
+}
+
 int main(int argc, char** argv) {
   std::unique_ptr<dpdk::Eal> eal;
   try {
