@@ -2,7 +2,8 @@
 # Guest side of scripts/interop.sh --nvmf: the Linux kernel's nvme-rdma host
 # against droce-nvmf. Runs inside an rxe guest (rxepeer exec), POSIX sh.
 #   interop-nvmf-guest.sh STEP ADDR NQN
-# STEP: connect (modprobe, discover, connect, wait for the namespace)
+# STEP: connect [MODOPTS] (modprobe nvme-rdma [with MODOPTS, e.g. register_always=N: reloaded
+#               when its parameters differ], discover, connect, wait for the namespace)
 #       io      (fio randwrite with crc32c verify, then a separate read verify pass)
 #       fs      (mkfs.ext4, mount, copy a file, compare sha256, umount)
 #       reread  (disconnect, reconnect, mount read only, compare sha256, umount)
@@ -18,7 +19,14 @@ dev() {  # the block device of $nqn (empty when none)
   for c in /sys/class/nvme/nvme*; do
     [ -e "$c/subsysnqn" ] || continue
     [ "$(cat "$c/subsysnqn")" = "$nqn" ] || continue
-    for n in "$c"/nvme*n*; do [ -e "$n" ] && { echo "/dev/$(basename "$n")"; return; }; done
+    for n in "$c"/nvme*n*; do
+      [ -e "$n" ] || continue
+      n=$(basename "$n")
+      # a multipath-capable subsystem (CMIC, e.g. the kernel's nvmet): nvmeXcYnZ is hidden, nvmeXnZ is the disk
+      [ -b "/dev/$n" ] || n=$(echo "$n" | sed 's/c[0-9]*n/n/')
+      echo "/dev/$n"
+      return
+    done
   done
 }
 wait_dev() {  # up to 30 s
@@ -45,7 +53,14 @@ fio_terse() {  # fio ARGS...: prints its figures (terse v3 fields); fails on any
 case $step in
   connect)
     dmesg -C  # the dmesg step judges this case alone
-    modprobe nvme-rdma || exit 1
+    opts=${4:-}
+    if [ -d /sys/module/nvme_rdma ]; then  # loaded: keep it unless a parameter asked for differs
+      want=Y; case " $opts " in *" register_always=N "*|*" register_always=0 "*) want=N ;; esac
+      [ "$(cat /sys/module/nvme_rdma/parameters/register_always)" = $want ] || modprobe -r nvme-rdma || exit 1
+    fi
+    # shellcheck disable=SC2086
+    modprobe nvme-rdma $opts || exit 1
+    echo "nvme-rdma register_always=$(cat /sys/module/nvme_rdma/parameters/register_always)"
     nvme discover -t rdma -a "$addr" -s 4420 >$work/discover.txt || { cat $work/discover.txt; exit 1; }
     grep -q "subnqn: *$nqn" $work/discover.txt || { echo "discovery log lacks $nqn:"; cat $work/discover.txt; exit 1; }
     echo "discovery: $(grep -c 'Discovery Log Entry' $work/discover.txt) entries, $nqn among them"

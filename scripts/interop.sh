@@ -35,7 +35,8 @@
 #     --nvmf  only the NVMe-oF runs (issue 11): app/droce-nvmf (config/nvmf.toml) as the target,
 #             the guest's kernel nvme-rdma host: discover, connect, fio randwrite + read with
 #             crc32c verify, ext4 copy + sha256, disconnect, reconnect and read back, a clean
-#             kernel log (nvmf io), the same with 1% loss on droce's side, and 4 KiB randread
+#             kernel log (nvmf io), the same with 1% loss on droce's side (host nvme-rdma with
+#             register_always=N: rxe 6.1 bug, lib/nvmf/README.md), and 4 KiB randread
 #             IOPS at QD 1 and 32 (nvmf randread), each case failing on an NVMe error in the guest's
 #             kernel log; sigterm: droce-nvmf gets SIGTERM with the host connected (nvmf_sigterm).
 #             --ci runs the lossless io case (NVMF_IN_CI).
@@ -63,7 +64,9 @@
 #   INTEROP_GUEST (the guests' name prefix, default iop: guests iop1 and, for --nvmf-perf, iop2;
 #   guest names are global to the harness's work dir, so concurrent suites in their own
 #   RXEPEER_NS need their own prefix too). INTEROP_NVMF_CONFIG (droce-nvmf's config,
-#   default config/nvmf.toml).
+#   default config/nvmf.toml). --nvmf: INTEROP_NVMF_CASES ("TEST LOSS [HOSTOPTS];...", e.g.
+#   "io droce-rx:0.01;io droce:0.01 register_always=N": these cases instead of the mode's list),
+#   INTEROP_NVMF_TMO (seconds each guest step may take, default 300, 600 with loss).
 set -uo pipefail
 { # the whole script is read before it runs: editing it meanwhile cannot change a running suite
 here=$(cd "$(dirname "$0")" && pwd)
@@ -873,12 +876,17 @@ run_cm() {
 # $DROCE_IP; droced is stopped meanwhile (both would own dpdk0 and the address). Guest side:
 # scripts/interop-nvmf-guest.sh (nvme-cli, fio, mkfs.ext4 of the host's root), one step per call.
 NVMF_PID=
-# start_nvmf LOSS LOG: droce-nvmf (loss droce:P: its injector drops P of received and sent frames).
+# start_nvmf LOSS LOG: droce-nvmf (loss droce:P: its injector drops P of received and sent frames;
+# droce-rx:P only received ones, droce-tx:P only sent ones).
 start_nvmf() {
   local loss=$1 log=$2 args=() i
   stop_droced
   stop_nvmf
-  case $loss in droce:*) args+=(--fault-drop "${loss#droce:}" --fault-tx-drop "${loss#droce:}") ;; esac
+  case $loss in
+    droce:*) args+=(--fault-drop "${loss#droce:}" --fault-tx-drop "${loss#droce:}") ;;
+    droce-rx:*) args+=(--fault-drop "${loss#droce-rx:}") ;;
+    droce-tx:*) args+=(--fault-tx-drop "${loss#droce-tx:}") ;;
+  esac
   ip netns exec "$NS" timeout -k 5 3600 "$AFP_RUN" "$IFACE" "$NVMF_TOOL" --device "net_af_packet0,iface=$IFACE" \
     --ip "$DROCE_IP" --mac "$DROCE_MAC" -c "$NVMF_CFG" "${args[@]}" -- --no-pci >"$log" 2>&1 &
   NVMF_PID=$!
@@ -918,19 +926,21 @@ nvmf_guest() {
 #            verify pass, mkfs.ext4 + mount + copy + sha256, nvme disconnect, reconnect, read
 #            back and compare, disconnect; the kernel log must have no NVMe error.
 #        randread: connect, fio 4 KiB randread 10 s at QD 1 and QD 32 (one row each), disconnect.
-#   LOSS: 0 | droce:P
+#   LOSS: 0 | droce:P | droce-rx:P | droce-tx:P
+#   HOSTOPTS (optional): nvme-rdma module parameters for the guest's host, e.g. register_always=N
 # Captured: the connect/discover and the file system phases (every frame droce sent checked as
 # elsewhere); the fio phases are left out (hundreds of MB: the checks would outlast the run).
 run_nvmf() {
-  local test=$1 loss=$4 mtu
+  local test=$1 loss=$4 hostopts=${5:-} mtu
   mtu=$([ "$CUR_MTU" -gt 1500 ] && echo 4096 || echo 1024)
-  local tag="nvmf-$test-r2d-${loss//[:.]/_}"
+  local tag="nvmf-$test-r2d-${loss//[:.]/_}${hostopts:+-${hostopts//[ =]/_}}"
   local dlog="$OUT/$tag.droce.log"
   NVMF_GLOG="$OUT/$tag.guest.log"
   : >"$NVMF_GLOG"
   local tmo=300
   [ "$loss" = 0 ] || tmo=600
-  echo "== NVMe-oF $test loss $loss: guest nvme-rdma -> droce-nvmf $DROCE_IP:4420 ($NVMF_NQN)"
+  tmo=${INTEROP_NVMF_TMO:-$tmo}
+  echo "== NVMe-oF $test loss $loss: guest nvme-rdma${hostopts:+ ($hostopts)} -> droce-nvmf $DROCE_IP:4420 ($NVMF_NQN)"
   local note="" step n=0 bad=0 mal=0 ttl=0 fig=""
   nvmf_dmesg_clear "$G1"  # the kernel log checked after the case is this case's
   start_nvmf "$loss" "$dlog" || note="droce-nvmf did not start"
@@ -952,15 +962,15 @@ run_nvmf() {
     [ -z "$note" ]
   }
   if [ "$test" = io ]; then
-    phase connect connect
+    phase connect "connect $hostopts"
     phase - io
     phase fs fs reread disconnect dmesg
     local wr rd
     wr=$(sed -n 's/^fio randwrite-verify: .* write \([0-9]*\) IOPS.*/\1/p' "$NVMF_GLOG" | tail -1)
     rd=$(sed -n 's/^fio read-verify: .* read \([0-9]*\) IOPS.*/\1/p' "$NVMF_GLOG" | tail -1)
-    fig="fio randwrite ${wr:-?} IOPS, verify read ${rd:-?} IOPS; ext4 sha256 $(grep -q 'reconnected: sha256' "$NVMF_GLOG" && echo "ok after reconnect" || echo "?")"
+    fig="${hostopts:+[host $hostopts] }fio randwrite ${wr:-?} IOPS, verify read ${rd:-?} IOPS; ext4 sha256 $(grep -q 'reconnected: sha256' "$NVMF_GLOG" && echo "ok after reconnect" || echo "?")"
   else
-    phase connect connect
+    phase connect "connect $hostopts"
     phase - "randread 1 10" "randread 32 10"
     phase - disconnect
   fi
@@ -1012,7 +1022,7 @@ run_case() {
   shift
   [[ -z "${INTEROP_ONLY:-}" || "$1" == $INTEROP_ONLY ]] || return 0
   [[ -z "${INTEROP_MTU:-}" || "$3" == "$INTEROP_MTU" ]] || return 0
-  [[ -z "${INTEROP_SKIP:-}" || "$1:$3:$4:$5" != $INTEROP_SKIP ]] || return 0
+  [[ -z "${INTEROP_SKIP:-}" || "$1:$3:$4:${5:-}" != $INTEROP_SKIP ]] || return 0
   if ! guest_ok; then
     echo "== guest $G1 does not answer ping: rebooting it"
     boot_guest "$G1" "$G1_IP" "$CUR_MTU"
@@ -1033,7 +1043,7 @@ shim() { run_case run_shim "$@"; }
 cm() { run_case run_cm "$1" "$2" "$([ "$CUR_MTU" -gt 1500 ] && echo 4096 || echo 1024)" "${@:3}"; }  # cm TEST DIR LOSS ITERS
 cm_both() { cm "$1" d2r "${@:2}"; cm "$1" r2d "${@:2}"; }
 embed() { run_case run_embed "$@"; }
-nvmf() { run_case run_nvmf "$1" r2d "$CUR_MTU" "$2"; }  # nvmf TEST LOSS
+nvmf() { run_case run_nvmf "$1" r2d "$CUR_MTU" "$2" "${3:-}"; }  # nvmf TEST LOSS [HOSTOPTS]
 both() { shim "$1" d2r "${@:2}"; shim "$1" r2d "${@:2}"; }  # both TEST MTU LOSS SIZE ITERS [ARGS]
 
 # ---- NVMe over Fabrics, the reverse: droce's initiator against the guest kernel's target ----
@@ -1371,7 +1381,7 @@ nvmf_ci() {
 }
 nvmf_all() {
   nvmf io 0
-  nvmf io droce:0.01
+  nvmf io droce:0.01 register_always=N  # rxe 6.1 re-runs done REG_MRs on retry: lib/nvmf/README.md
   nvmf randread 0
   run_case nvmf_sigterm sigterm r2d "$CUR_MTU" 0
   nvmf_host verify 1 --verify --verify-ios 2048 -q 32 -o 4096
@@ -1384,7 +1394,13 @@ nvmf_all() {
 if [ $mode = cm ]; then
   cm_all
 elif [ $mode = nvmf ]; then
-  nvmf_all
+  if [ -n "${INTEROP_NVMF_CASES:-}" ]; then  # "TEST LOSS [HOSTOPTS];..." instead of nvmf_all
+    IFS=';' read -ra nvmf_cases <<<"$INTEROP_NVMF_CASES"
+    # shellcheck disable=SC2086
+    for c in "${nvmf_cases[@]}"; do nvmf $c; done
+  else
+    nvmf_all
+  fi
 elif [ $mode = ci ]; then
   [ $CM_IN_CI = 1 ] && cm_ci
   both rc_pingpong 1024 0 4096 50

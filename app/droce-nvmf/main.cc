@@ -39,12 +39,14 @@ void print_report(const nvmf::rdma::RdmaTarget& t) {
               (unsigned long)c.keep_alive_expired, (unsigned long)c.queues_destroyed);
   for (const auto& q : t.report())
     std::printf("droce-nvmf: queue %s qid %u cntlid %u depth %u qpn %u peer %s commands %lu bytes_in %lu bytes_out %lu "
-                "errors %lu short %lu overflow %lu bad_completions %lu recv_errors %lu post_errors %lu wc_errors %lu\n",
+                "errors %lu short %lu overflow %lu bad_completions %lu recv_errors %lu post_errors %lu wc_errors %lu "
+                "file_commands %lu latency_n %lu p50_us %.1f p99_us %.1f max_us %.1f\n",
                 q.closed ? "closed" : "live", q.qid, q.cntlid, q.depth, q.qpn, q.peer.c_str(),
                 (unsigned long)q.q.commands, (unsigned long)q.q.bytes_in, (unsigned long)q.q.bytes_out,
                 (unsigned long)q.q.errors, (unsigned long)q.q.short_capsules, (unsigned long)q.q.overflow,
                 (unsigned long)q.q.bad_completions, (unsigned long)q.recv_errors, (unsigned long)q.post_errors,
-                (unsigned long)q.wc_errors);
+                (unsigned long)q.wc_errors, (unsigned long)q.q.file_commands, (unsigned long)q.q.latency.count,
+                q.q.latency.percentile(0.5) / 1e3, q.q.latency.percentile(0.99) / 1e3, q.q.latency.max_ns / 1e3);
   std::fflush(stdout);
 }
 

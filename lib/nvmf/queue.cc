@@ -67,6 +67,8 @@ void Queue::on_capsule(std::span<const uint8_t> cap, uint64_t now_ns) {
   ++ctr_.commands;
   sq_head_ = static_cast<uint16_t>((sq_head_ + 1) % cfg_.depth);
   Slot& s = slots_[i];
+  s.arrival_ns = now_ns;
+  s.timed = true;
   decode_sqe(cap.first<kSqeSize>(), s.sqe);
   s.plan = DataPlan{};
   Status st = plan_data(s.sqe, cap.size() - kSqeSize, static_cast<uint32_t>(s.buf.size()), s.plan);
@@ -158,6 +160,7 @@ void Queue::finish(uint16_t i, const Response& r) {
   Slot& s = slots_[i];
   if (r.deferred) {
     s.state = State::Deferred;
+    s.timed = false;  // an AER: its wait is the event's, not the target's
     return;
   }
   if (r.cqe.status.ok() && r.data_len && s.plan.where == DataPlan::RemoteKey &&
@@ -197,6 +200,8 @@ void Queue::on_complete(uint16_t slot, Action::Kind kind, bool ok, uint64_t now_
   }
   if (kind == Action::Send && s.state == State::Completing) {
     s.state = State::Free;
+    if (s.timed) ctr_.latency.add(now_ns >= s.arrival_ns ? now_ns - s.arrival_ns : 0);
+    s.timed = false;
     return;
   }
   if (kind == Action::RdmaWrite && s.state == State::Completing) return;  // a signalled WRITE

@@ -14,6 +14,7 @@
 #include "nvmf/capsule.h"
 #include "nvmf/controller.h"
 #include "nvmf/io_ring.h"
+#include "nvmf/latency.h"
 
 namespace droce::nvmf {
 
@@ -51,6 +52,10 @@ struct QueueCounters {
   uint64_t bad_completions = 0; // completions for no request in that state
   uint64_t file_commands = 0;   // commands handed to the IoRing (file namespaces)
   uint64_t no_ring = 0;         // file commands on a queue without an IoRing (Internal Error)
+  // Per command, from the capsule's arrival (on_capsule's now_ns) to its
+  // response SEND's completion (on_complete's now_ns): what the host waits,
+  // less the wire. AERs (they wait for an event) are not in it.
+  QueueLatency latency;
 };
 
 class Queue {
@@ -96,6 +101,8 @@ class Queue {
     DataPlan plan;
     std::span<uint8_t> buf;
     std::array<uint8_t, kCqeSize> cqe{};
+    uint64_t arrival_ns = 0;  // on_capsule's now_ns
+    bool timed = false;       // into the latency histogram at the SEND's completion
     BackendOp file;  // the file command in the IoRing (WaitingForBackend)
   };
   // The IoRing resumes a WaitingForBackend request: its status and, for a

@@ -99,6 +99,8 @@ out=$("$DROCED" --config "$CFG" --check 2>&1); rc=$?
 [ $rc -eq 0 ] && grep -q "ok: 1 port(s), 2 core(s)" <<<"$out" && ok "--check accepts a good config" || bad "--check" "$out"
 
 for f in "$CONFIG_DIR"/*.toml; do
+  # nvmf*.toml are droce-nvmf's files (an [nvmf] section, no [[port]]): test/nvmf checks them.
+  case $(basename "$f") in nvmf*.toml) continue ;; esac
   out=$("$DROCED" --config "$f" --check 2>&1); rc=$?
   [ $rc -eq 0 ] && ok "shipped $(basename "$f") passes --check" || bad "--check $(basename "$f")" "$out"
 done

@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <fstream>
+#include <sstream>
 #include <string>
 
 #include "nvmf/config.h"
@@ -91,6 +93,23 @@ TEST_CASE("nvmf config: the README's example", "[nvmf][config]") {
   CHECK(sub->host_allowed("nqn.2014-08.org.nvmexpress:uuid:0c5e2e4e-1111-2222-3333-444455556666"));
   CHECK(!sub->host_allowed("nqn.2014-08.org.nvmexpress:uuid:other"));
   CHECK(t.subsystem("nqn.2026-12.org.droce:open")->host_allowed("nqn.2014-08.org.nvmexpress:uuid:other"));
+}
+
+TEST_CASE("nvmf config: the shipped config/nvmf.toml builds a target", "[nvmf][config]") {
+  std::ifstream f(DROCE_CONFIG_DIR "/nvmf.toml");
+  REQUIRE(f.good());
+  std::stringstream text;
+  text << f.rdbuf();
+  // Its `listen` is commented out: droce-nvmf gives its --ip addresses.
+  NvmfConfig c = parse_nvmf_config(text.str(), "nvmf.toml", {"10.0.0.1"});
+  CHECK(c.listen == std::vector<std::string>{"10.0.0.1"});
+  CHECK(c.target.port == 4420);
+  REQUIRE(!c.subsystems.empty());
+  Target t(c.target);
+  build_target(c, t);
+  Subsystem* sub = t.subsystem(c.subsystems[0].nqn);
+  REQUIRE(sub);
+  CHECK(sub->ns(1));
 }
 
 TEST_CASE("nvmf config: each bad key is refused by name", "[nvmf][config]") {

@@ -7,8 +7,8 @@
 # result; lib/shim/README.md records it).
 #   pyverbs_suite.sh DROCED FRONT_DIR [unittest args, e.g. -k test_qp]
 set -uo pipefail
-DROCED=$1
-FRONT=$2
+DROCED=$(realpath "$1")
+FRONT=$(realpath "$2")
 shift 2
 SRC=/usr/share/doc/rdma-core/tests
 [ -d "$SRC" ] || { echo "SKIP: python3-pyverbs is not installed"; exit 77; }
@@ -19,7 +19,7 @@ cleanup() {
   if [ -n "$pid" ]; then kill -KILL "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; fi
   ip netns pids "$ns" 2>/dev/null | xargs -r kill -KILL 2>/dev/null
   ip netns del "$ns" 2>/dev/null || true
-  rm -rf "$T"
+  [ -n "${PYVERBS_KEEP:-}" ] && echo "logs kept in $T" || rm -rf "$T"
 }
 trap cleanup EXIT INT TERM
 if ! ip netns add "$ns" 2>/dev/null; then echo "SKIP: cannot create network namespaces"; exit 77; fi
@@ -74,7 +74,7 @@ done
   for m in test_*.py; do
     m=${m%.py}
     ip netns exec "$ns" env DROCE_SOCKET="$T/verbs.sock" LD_LIBRARY_PATH="$FRONT" \
-      timeout -k 5 "${PYVERBS_MODULE_TIMEOUT:-240}" python3 -m unittest -v "$m" "$@" >"$T/$m.log" 2>&1
+      timeout -k 5 "${PYVERBS_MODULE_TIMEOUT:-60}" /usr/bin/python3 run_tests.py -v "$m" "$@" >"$T/$m.log" 2>&1
     rc=$?
     [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ] && echo "$m ... TIMEOUT" >>"$T/$m.log"
     grep -E '^test\w* \(.*\) \.\.\. |\.\.\. (ok|FAIL|ERROR|skipped|TIMEOUT)' "$T/$m.log" | sed "s/^/$m: /"

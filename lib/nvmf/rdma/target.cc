@@ -4,6 +4,7 @@
 #include <array>
 #include <cstring>
 #include <stdexcept>
+#include <system_error>
 
 #include "netstack/gid_table.h"
 
@@ -39,6 +40,7 @@ struct RdmaTarget::Conn {
   std::unique_ptr<Queue> q;
   uint16_t cntlid = 0;
   bool failed = false;
+  bool parked = false;  // gone from the CM, its file commands still in the IoRing (-> closing_)
   uint64_t recv_errors = 0, post_errors = 0, wc_errors = 0;
 };
 
@@ -48,6 +50,14 @@ RdmaTarget::RdmaTarget(engine::Embedded& node, Target& target, const RdmaOptions
   limits_.max_qid = tc.max_io_queues;
   limits_.max_admin_depth = tc.admin_queue_depth;
   limits_.max_io_depth = tc.max_queue_depth;
+  if (target_.has_file_namespace()) {
+    try {
+      ring_.emplace(opt_.ring_entries);
+    } catch (const std::system_error& e) {
+      throw std::runtime_error(std::string("nvmf rdma: the target has a file namespace but io_uring is unavailable (") +
+                               e.what() + "; kernel.io_uring_disabled, seccomp or an old kernel?)");
+    }
+  }
   pd_ = node_.alloc_pd();
   events_.reserve(64);
   work_.reserve(64);
@@ -76,15 +86,19 @@ RdmaTarget::RdmaTarget(engine::Embedded& node, Target& target, const RdmaOptions
 
 RdmaTarget::~RdmaTarget() {
   for (auto& c : conns_) {
-    node_.cm().destroy(c->id);
+    if (c->id) node_.cm().destroy(c->id);
     destroy(*c);
   }
   conns_.clear();
+  // Their file commands are cancelled and waited for by ~Queue (bounded):
+  // teardown only; the loop itself never waits (poll() retires them).
+  for (auto& c : closing_) destroy(*c);
+  closing_.clear();
   for (cm::ConnId l : listeners_) node_.cm().destroy(l);
   node_.set_cm_sink({});
 }
 
-size_t RdmaTarget::queues() const noexcept { return conns_.size(); }
+size_t RdmaTarget::queues() const noexcept { return conns_.size() + closing_.size(); }
 
 void RdmaTarget::reject(cm::ConnId id, CmStatus s) {
   std::array<uint8_t, kCmRejectSize> rej{};
@@ -179,6 +193,7 @@ bool RdmaTarget::try_accept(Conn& c) {
   qc.depth = c.depth;
   qc.slots = c.slots;
   qc.slot_buffer = slot_buffer;
+  qc.ring = c.req.qid != 0 && ring_ ? &*ring_ : nullptr;  // I/O queues: file namespaces through the loop's ring
   c.q = std::make_unique<Queue>(target_, qc, std::span<uint8_t>(c.mem + recv_len + cqe_len, data_len));
 
   cm::ConnParam p;
@@ -231,13 +246,32 @@ void RdmaTarget::destroy(Conn& c) {
   ++ctr_.queues_destroyed;
 }
 
+// A queue the CM is done with: destroyed now, or, while file commands of it
+// are still in the IoRing (the kernel may write into its buffers), parked
+// for closing_ and destroyed by a later poll once they are done.
+bool RdmaTarget::release(Conn& c) {
+  if (c.q && c.q->backend_busy() > 0) {
+    c.parked = true;
+    ++ctr_.destroy_deferred;
+    return false;
+  }
+  destroy(c);
+  return true;
+}
+
+void RdmaTarget::sweep() {
+  for (auto& c : conns_)
+    if (c->id == 0 && c->parked) closing_.push_back(std::move(c));
+  std::erase_if(conns_, [](const std::unique_ptr<Conn>& c) { return !c || c->id == 0; });
+}
+
 void RdmaTarget::disconnect(Conn& c) {
   if (c.state != Conn::State::Live) return;
   c.state = Conn::State::Closing;
   ++ctr_.disconnects_sent;
   if (node_.cm().disconnect(c.id)) {  // not established yet (REP sent, no RTU): REJ, gone now
     node_.cm().destroy(c.id);
-    destroy(c);
+    release(c);
     c.id = 0;
   }
 }
@@ -251,7 +285,7 @@ void RdmaTarget::disconnect_all() {
     }
     disconnect(*c);
   }
-  std::erase_if(conns_, [](const std::unique_ptr<Conn>& c) { return c->id == 0; });
+  sweep();
 }
 
 void RdmaTarget::on_event(const cm::Event& e) {
@@ -262,7 +296,7 @@ void RdmaTarget::on_event(const cm::Event& e) {
     case cm::EventType::Disconnected:
     case cm::EventType::Rejected:
     case cm::EventType::Unreachable:
-      destroy(**it);
+      if (!release(**it)) closing_.push_back(std::move(*it));
       conns_.erase(it);
       break;
     default:
@@ -303,6 +337,11 @@ uint32_t RdmaTarget::poll_queue(Conn& c, uint64_t now) {
   }
   work += static_cast<uint32_t>(n);
   c.q->poll();
+  return work;
+}
+
+uint32_t RdmaTarget::post_actions(Conn& c) {
+  uint32_t work = 0;
   std::array<Action, 32> acts;
   for (size_t k = 0; (k = c.q->take_actions(acts)) > 0;) {
     work += static_cast<uint32_t>(k);
@@ -354,6 +393,7 @@ uint32_t RdmaTarget::poll() {
   }
   const uint64_t now = node_.dataplane().clock().now_ns();
   bool gone = false;
+  // 1: completions and capsules into the queues (file commands go to the ring).
   for (auto& cp : conns_) {
     Conn& c = *cp;
     if (c.state == Conn::State::WaitMac) {
@@ -363,14 +403,34 @@ uint32_t RdmaTarget::poll() {
       }
       continue;
     }
-    if (!c.q) continue;
+    if (!c.q || c.id == 0) continue;
     work += poll_queue(c, now);
+  }
+  // 2: the ring submits what they prepared and resumes what completed.
+  if (ring_) work += static_cast<uint32_t>(ring_->poll());
+  // 3: what the queues want posted.
+  for (auto& cp : conns_) {
+    Conn& c = *cp;
+    if (!c.q || c.id == 0 || c.state == Conn::State::WaitMac) continue;
+    work += post_actions(c);
     if ((c.failed || c.q->failed()) && c.state == Conn::State::Live) {
       disconnect(c);
       if (c.id == 0) gone = true;
     }
   }
-  if (gone) std::erase_if(conns_, [](const std::unique_ptr<Conn>& c) { return c->id == 0; });
+  if (gone) sweep();
+  // Queues gone from the CM whose file commands were in the ring: destroyed
+  // once the ring has given all of them back (their responses are dropped).
+  if (!closing_.empty()) {
+    std::array<Action, 32> drop;
+    std::erase_if(closing_, [&](std::unique_ptr<Conn>& c) {
+      while (c->q->take_actions(drop) > 0) {
+      }
+      if (c->q->backend_busy() > 0) return false;
+      destroy(*c);
+      return true;
+    });
+  }
   if (now >= next_ka_check_) {
     next_ka_check_ = now + kKeepAliveCheckNs;
     for (uint16_t cntlid : target_.expired(now)) {
@@ -378,7 +438,7 @@ uint32_t RdmaTarget::poll() {
       for (auto& c : conns_)
         if (c->cntlid == cntlid) disconnect(*c);
     }
-    std::erase_if(conns_, [](const std::unique_ptr<Conn>& c) { return c->id == 0; });
+    sweep();
   }
   return work;
 }
@@ -401,6 +461,7 @@ std::vector<QueueReport> RdmaTarget::report() const {
   std::vector<QueueReport> out = closed_;
   for (const auto& c : conns_)
     if (c->q) out.push_back(report_of(*c));
+  for (const auto& c : closing_) out.push_back(report_of(*c));
   return out;
 }
 

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,7 @@
 #include "engine/embed.h"
 #include "nvmf/cm_private.h"
 #include "nvmf/controller.h"
+#include "nvmf/io_ring.h"
 #include "nvmf/queue.h"
 
 namespace droce::nvmf::rdma {
@@ -32,6 +34,9 @@ struct RdmaOptions {
   // plain SEND, the host invalidates its key itself (NVMe-oF leaves remote
   // invalidation to the target's choice).
   bool remote_invalidate = true;
+  // io_uring entries of the loop's IoRing (file namespaces only): the most
+  // file commands in flight at once (more wait in the ring's FIFO, counted).
+  unsigned ring_entries = 256;
 };
 
 // Counters of one queue (the Queue's own plus the glue's).
@@ -55,12 +60,16 @@ struct TargetCounters {
   uint64_t disconnects_sent = 0;  // failed queues, expired keep-alive, shutdown
   uint64_t keep_alive_expired = 0;
   uint64_t queues_destroyed = 0;
+  // Disconnected queues whose destruction waited (file commands still in
+  // the IoRing) at least one poll: never blocking the loop on them.
+  uint64_t destroy_deferred = 0;
 };
 
 class RdmaTarget {
  public:
   // Throws std::runtime_error when a listen address is malformed or not the
-  // node's, or the CM cannot listen.
+  // node's, or the CM cannot listen, or the target has a file namespace and
+  // io_uring is unavailable (the message says so).
   RdmaTarget(engine::Embedded& node, Target& target, const RdmaOptions& o);
   ~RdmaTarget();  // destroys every queue (without waiting for the hosts)
   RdmaTarget(const RdmaTarget&) = delete;
@@ -73,7 +82,11 @@ class RdmaTarget {
   // queues() is 0 (or destroy the target).
   void disconnect_all();
 
+  // Queues: live ones and disconnected ones whose file commands are still
+  // in the IoRing (destroyed by a later poll once none is left).
   size_t queues() const noexcept;
+  // The loop's io_uring (nullptr: no file namespace in the target).
+  const IoRing* ring() const noexcept { return ring_ ? &*ring_ : nullptr; }
   const TargetCounters& counters() const noexcept { return ctr_; }
   // Live queues and, before them, the ones already closed (their last counters).
   std::vector<QueueReport> report() const;
@@ -88,19 +101,25 @@ class RdmaTarget {
   bool try_accept(Conn& c);
   void reject(cm::ConnId id, CmStatus s);
   void destroy(Conn& c);
-  uint32_t poll_queue(Conn& c, uint64_t now);
+  uint32_t poll_queue(Conn& c, uint64_t now);  // completions, capsules
+  uint32_t post_actions(Conn& c);               // the Queue's actions as work requests
+  bool release(Conn& c);  // destroy now (true), or park it while file commands are in the ring
+  void sweep();           // conns_ with id 0 out (parked ones to closing_)
   void disconnect(Conn& c);
   QueueReport report_of(const Conn& c) const;
 
   engine::Embedded& node_;
   Target& target_;
   RdmaOptions opt_;
+  // Declared before the queues: it outlives them (members go in reverse).
+  std::optional<IoRing> ring_;
   CmLimits limits_;
   uint32_t pd_ = 0;
   std::vector<cm::ConnId> listeners_;
   std::vector<std::string> listening_;
   std::vector<cm::Event> events_, work_;
   std::vector<std::unique_ptr<Conn>> conns_;
+  std::vector<std::unique_ptr<Conn>> closing_;  // disconnected, file commands still in the ring
   std::vector<QueueReport> closed_;
   TargetCounters ctr_;
   uint64_t next_ka_check_ = 0;

@@ -10,9 +10,17 @@
 #define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "dpdk/eal.h"
@@ -65,10 +73,14 @@ struct Rig {
   uint8_t* mem = nullptr;
   uint16_t next_port = 40000;
 
-  explicit Rig(const TargetConfig& tc) : target(tc) {
+  // add: the subsystem's namespaces (none given: a 4 MiB RAM disk as nsid 1).
+  explicit Rig(const TargetConfig& tc, const std::function<void(Subsystem&)>& add = {}) : target(tc) {
     Subsystem& s = target.add_subsystem(kSub, "RING0", false);
     s.allow_host(kHost);
-    s.add_namespace(Namespace::ram({1, 512, 4 << 20}, kSub));
+    if (add)
+      add(s);
+    else
+      s.add_namespace(Namespace::ram({1, 512, 4 << 20}, kSub));
     rdma::RdmaOptions ro;
     ro.listen = {"10.64.0.2"};
     tgt = std::make_unique<rdma::RdmaTarget>(b, target, ro);
@@ -184,6 +196,41 @@ struct Rig {
     post_resp(q, static_cast<uint32_t>(wc.wr_id));
     CHECK(c.cid == s.cid);
     return c;
+  }
+  // Admin queue (Connect by RDMA READ, CC.EN) and I/O queue 1 (Connect in
+  // the capsule), as Linux brings a controller up. Returns the cntlid.
+  uint16_t bring_up(HostQueue& adm, HostQueue& io, uint32_t kato_ms = 0) {
+    REQUIRE(connect(adm, 0, 31) == CmStatus::Ok);
+    Sqe c = cmd(0x7f);
+    encode_connect(c, ConnectCmd{0, 0, 31, 0, kato_ms});
+    auto cd = connect_data(kCntlidDynamic);
+    std::memcpy(mem + kDataOff, cd.data(), cd.size());
+    keyed(c, kDataOff, kConnectDataSize);
+    Cqe rc = run(adm, c);
+    REQUIRE(rc.status.ok());
+    const uint16_t cntlid = static_cast<uint16_t>(rc.result);
+    Sqe ps = cmd(0x7f);
+    encode_property(ps, FabricsType::PropertySet, PropertyCmd{false, 0x14, 0x00460001});
+    REQUIRE(run(adm, ps).status.ok());
+    REQUIRE(connect(io, 1, 31) == CmStatus::Ok);
+    Sqe ic = cmd(0x7f);
+    encode_connect(ic, ConnectCmd{0, 1, 31, 0, 0});
+    encode_sgl(ic.dptr, Sgl{SglKind::InCapsule, 0, kConnectDataSize});
+    auto icd = connect_data(cntlid);
+    REQUIRE(run(io, ic, icd).status.ok());
+    return cntlid;
+  }
+  // Posts one capsule without waiting for its response (see run()).
+  void send_capsule(HostQueue& q, Sqe& s) {
+    s.flags = 0x40;
+    s.cid = ++q.cid;
+    uint8_t* cap = mem + kCapOff + 4096;
+    encode_sqe(std::span<uint8_t, kSqeSize>(cap, kSqeSize), s);
+    verbs::SendWr w;
+    w.wr_id = 2;
+    w.num_sge = 1;
+    w.sg_list[0] = {reinterpret_cast<uint64_t>(cap), static_cast<uint32_t>(kSqeSize), key};
+    REQUIRE(a.post_send(q.qp, w) == 0);
   }
   static Sqe cmd(uint8_t op, uint32_t nsid = 0) {
     Sqe s;
@@ -320,6 +367,9 @@ TEST_CASE("nvmf rdma: a host of droce pieces connects through the CM, Identify, 
   CHECK(rep[1].qid == 1);
   CHECK(rep[1].cntlid == cntlid);
   CHECK(rep[1].q.commands == 5 + 1);
+  CHECK(rep[1].q.latency.count == 5 + 1);  // each answered and its SEND completed
+  CHECK(rep[1].q.latency.percentile(0.99) > 0);
+  CHECK(rep[1].q.latency.max_ns < 10'000'000'000ull);
   CHECK(rep[1].q.bytes_in == kConnectDataSize + 4096 + 32768);
   CHECK(rep[1].q.bytes_out == 4096 + 32768);
   CHECK(rep[1].q.overflow == 0);
@@ -400,6 +450,158 @@ TEST_CASE("nvmf rdma: writes and reads with data checked while the target's port
   CHECK(rep[1].q.overflow == 0);
   r.tgt->disconnect_all();
   REQUIRE(r.until([&] { return r.tgt->queues() == 0; }));
+  r.a.destroy_qp(adm.qp);
+  r.a.destroy_qp(io.qp);
+}
+
+namespace {
+
+struct TempDir {
+  std::string path;
+  TempDir() {
+    const char* t = std::getenv("TMPDIR");
+    std::string tmpl = std::string(t && *t ? t : "/tmp") + "/droce-nvmf-rdma-XXXXXX";
+    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
+    path = tmpl;
+  }
+  ~TempDir() { std::system(("rm -rf '" + path + "'").c_str()); }
+};
+
+std::vector<uint8_t> pattern(size_t n, uint32_t seed) {
+  std::vector<uint8_t> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = static_cast<uint8_t>((i * 131 + seed * 17 + (i >> 9)) ^ (seed >> 3));
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("nvmf rdma: a file namespace through the glue: writes and reads with data checked, the file's bytes after",
+          "[nvmf][rdma][file]") {
+  TempDir dir;
+  const std::string img = dir.path + "/disk.img";
+  constexpr uint64_t kSize = 4 << 20;
+  Rig r(tcfg(), [&](Subsystem& s) { s.add_namespace(Namespace::file({1, 512, kSize}, kSub, img)); });
+  REQUIRE(r.tgt->ring() != nullptr);  // the glue made the loop's io_uring
+  HostQueue adm, io;
+  r.bring_up(adm, io);
+
+  // 4 KiB in the capsule at LBA 8, 32 KiB by RDMA READ at LBA 100 (not 4 KiB aligned: the buffered descriptor),
+  // 16 KiB by RDMA READ at LBA 2048; each read back by RDMA WRITE and compared.
+  struct W {
+    uint32_t lba;
+    std::vector<uint8_t> data;
+    bool in_capsule;
+  };
+  std::vector<W> ws = {{8, pattern(4096, 1), true}, {100, pattern(32768, 2), false}, {2048, pattern(16384, 3), false}};
+  for (auto& w : ws) {
+    Sqe c = Rig::cmd(0x01, 1);
+    c.cdw10 = w.lba;
+    c.cdw12 = static_cast<uint32_t>(w.data.size() / 512 - 1);
+    if (w.in_capsule) {
+      encode_sgl(c.dptr, Sgl{SglKind::InCapsule, 0, static_cast<uint32_t>(w.data.size())});
+      REQUIRE(r.run(io, c, w.data).status.ok());
+    } else {
+      std::memcpy(r.mem + kDataOff, w.data.data(), w.data.size());
+      r.keyed(c, kDataOff, static_cast<uint32_t>(w.data.size()));
+      REQUIRE(r.run(io, c).status.ok());
+    }
+  }
+  for (auto& w : ws) {
+    std::memset(r.mem + kDataOff + 65536, 0, 65536);
+    Sqe rd = Rig::cmd(0x02, 1);
+    rd.cdw10 = w.lba;
+    rd.cdw12 = static_cast<uint32_t>(w.data.size() / 512 - 1);
+    r.keyed(rd, kDataOff + 65536, static_cast<uint32_t>(w.data.size()));
+    REQUIRE(r.run(io, rd).status.ok());
+    CHECK(std::memcmp(r.mem + kDataOff + 65536, w.data.data(), w.data.size()) == 0);
+  }
+  // Flush (fdatasync through the ring).
+  REQUIRE(r.run(io, Rig::cmd(0x00, 1)).status.ok());
+  // An LBA beyond the namespace: refused before the ring.
+  Sqe oor = Rig::cmd(0x02, 1);
+  oor.cdw10 = static_cast<uint32_t>(kSize / 512);
+  r.keyed(oor, kDataOff, 512);
+  CHECK(r.run(io, oor).status == sc::kLbaRange);
+
+  auto rep = r.tgt->report();
+  REQUIRE(rep.size() == 2);
+  CHECK(rep[1].q.file_commands == 3 + 3 + 1);
+  CHECK(rep[1].q.latency.count == rep[1].q.commands);
+  CHECK(rep[1].q.no_ring == 0);
+  CHECK(rep[1].q.errors == 1);
+  CHECK(r.tgt->ring()->counters().completed == 7);
+  CHECK(r.tgt->ring()->counters().errors == 0);
+
+  // The file holds the bytes.
+  int fd = ::open(img.c_str(), O_RDONLY | O_CLOEXEC);
+  REQUIRE(fd >= 0);
+  struct stat st{};
+  REQUIRE(::fstat(fd, &st) == 0);
+  CHECK(static_cast<uint64_t>(st.st_size) == kSize);
+  for (auto& w : ws) {
+    std::vector<uint8_t> got(w.data.size());
+    REQUIRE(::pread(fd, got.data(), got.size(), off_t{w.lba} * 512) == static_cast<ssize_t>(got.size()));
+    CHECK(got == w.data);
+  }
+  std::vector<uint8_t> gap(512);
+  REQUIRE(::pread(fd, gap.data(), gap.size(), 0) == 512);  // never written: zeroes
+  CHECK(std::all_of(gap.begin(), gap.end(), [](uint8_t b) { return b == 0; }));
+  ::close(fd);
+
+  r.tgt->disconnect_all();
+  REQUIRE(r.until([&] { return r.tgt->queues() == 0; }));
+  CHECK(r.target.controllers() == 0);
+  r.a.destroy_qp(adm.qp);
+  r.a.destroy_qp(io.qp);
+}
+
+TEST_CASE("nvmf rdma: a queue disconnected with a file command in the ring is destroyed once it completes, "
+          "the loop never waits",
+          "[nvmf][rdma][file]") {
+  TempDir dir;
+  const std::string fifo = dir.path + "/slow";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  int ffd = ::open(fifo.c_str(), O_RDWR | O_CLOEXEC);  // O_RDWR: the open does not wait for a writer
+  REQUIRE(ffd >= 0);
+  int wfd = ::open(fifo.c_str(), O_WRONLY | O_CLOEXEC);
+  REQUIRE(wfd >= 0);
+  // nsid 1: a FIFO, a backend that answers a read only once something is written into it.
+  Rig r(tcfg(), [&](Subsystem& s) { s.add_namespace(Namespace::file_fd({1, 512, 1 << 20}, kSub, ffd, false)); });
+  HostQueue adm, io;
+  r.bring_up(adm, io);
+  Sqe rd = Rig::cmd(0x02, 1);
+  rd.cdw12 = 7;
+  r.keyed(rd, kDataOff, 4096);
+  r.send_capsule(io, rd);
+  REQUIRE(r.until([&] { return r.tgt->ring()->in_flight() == 1; }));
+
+  // The host goes: the target's queue leaves the CM but stays until the ring gives its read back.
+  REQUIRE(r.a.cm().disconnect(io.id) == 0);
+  REQUIRE(r.until([&] { return r.tgt->counters().destroy_deferred == 1; }));
+  CHECK(r.tgt->queues() == 2);
+  CHECK(r.tgt->counters().queues_destroyed == 0);
+  // Polls with the read outstanding return at once.
+  auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < 1000; ++i) r.pump();
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(1));
+  CHECK(r.tgt->queues() == 2);
+
+  // The FIFO answers: the read completes, its response is dropped, the queue is destroyed.
+  auto bytes = pattern(4096, 9);
+  REQUIRE(::write(wfd, bytes.data(), bytes.size()) == 4096);
+  REQUIRE(r.until([&] { return r.tgt->queues() == 1; }));
+  CHECK(r.tgt->counters().queues_destroyed == 1);
+  CHECK(r.tgt->ring()->in_flight() == 0);
+  CHECK(r.tgt->ring()->counters().orphaned == 0);  // it came back to its queue, not to a freed one
+  auto rep = r.tgt->report();
+  REQUIRE(rep.size() == 2);
+  CHECK(rep[0].closed);
+  CHECK(rep[0].qid == 1);
+  CHECK(rep[0].q.file_commands == 1);
+
+  r.tgt->disconnect_all();
+  REQUIRE(r.until([&] { return r.tgt->queues() == 0; }));
+  ::close(wfd);
   r.a.destroy_qp(adm.qp);
   r.a.destroy_qp(io.qp);
 }
