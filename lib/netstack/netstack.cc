@@ -425,6 +425,11 @@ NetStack::Resolve NetStack::resolve(const wire::Gid& ip, uint64_t now, wire::Mac
                                     uint32_t& out_len) noexcept {
   out_len = 0;
   if (out.size() < l2_len() + 40 + kNdWithLla) return Resolve::NoRoom;
+  // A multicast group: its MAC follows from the address (no ARP/ND).
+  if (wire::gid_is_multicast(ip)) {
+    mac = wire::multicast_mac(ip);
+    return Resolve::Ready;
+  }
   if (wire::gid_is_ipv4_mapped(ip) && cfg_.ipv4.empty()) return Resolve::Failed;
   // One of our own addresses: our own MAC, no ARP/ND (the dataplane loops
   // frames to it back; lib/engine/README.md, Loopback).

@@ -21,7 +21,7 @@ constexpr const char* kCtrNames[] = {
     "ud_len_drop",       "ce_received",        "cnp_sent",          "cnp_suppressed",
     "cnp_received",      "cq_overrun",        "tx_zero_copy",      "tx_copied",         "ack_lost_on_destroy",
     "window_cuts",       "rx_bad_rkey",        "rx_bad_va",         "rx_bad_length",
-    "resp_mr_gone",      "rx_bad_src_addr",
+    "resp_mr_gone",      "rx_bad_src_addr",    "rx_mcast",          "rx_mcast_no_group", "mcast_delivered",
 };
 static_assert(std::size(kCtrNames) == static_cast<size_t>(Ctr::kCount));
 }  // namespace
@@ -126,6 +126,9 @@ Engine::Engine(const EngineConfig& cfg, io::PacketIo& io, const io::Clock& clock
   }
   qpn_rng_ = cfg_.qpn_seed ? cfg_.qpn_seed : verbs::random_seed();
   qps_.resize(cfg_.max_qps);
+  if (cfg_.max_mcast_qps_per_group == 0) cfg_.max_mcast_qps_per_group = 1;
+  mcast_.resize(cfg_.max_mcast_groups);
+  mcast_qpns_.resize(size_t{cfg_.max_mcast_groups} * cfg_.max_mcast_qps_per_group);
   const uint32_t qcap = verbs::round_pow2(cfg_.max_qps);
   q_mask_ = qcap - 1;
   req_q_.reset(new Qp*[qcap]);
@@ -270,6 +273,8 @@ int Engine::destroy_qp(uint32_t qpn) {
       live_qps_.pop_back();
       break;
     }
+  for (size_t g = 0; g < mcast_.size(); ++g)
+    if (mcast_[g].n) detach_mcast(qpn, mcast_[g].mgid);
   qps_[qpn].reset();
   return 0;
 }
@@ -543,12 +548,98 @@ void Engine::send_cnp(Qp& q, const wire::PacketView& pkt) noexcept {
   count(Ctr::CnpSent);
 }
 
+Engine::McastGroup* Engine::find_group(const wire::Gid& mgid) noexcept {
+  for (auto& g : mcast_)
+    if (g.n && g.mgid == mgid) return &g;
+  return nullptr;
+}
+
+uint32_t Engine::mcast_members(const wire::Gid& mgid) const noexcept {
+  for (const auto& g : mcast_)
+    if (g.n && g.mgid == mgid) return g.n;
+  return 0;
+}
+
+int Engine::attach_mcast(uint32_t qpn, const wire::Gid& mgid) noexcept {
+  Qp* q = qp(qpn);
+  if (!q || q->type != verbs::QpType::UD || qpn == kGsiQpn || !wire::gid_is_multicast(mgid)) return EINVAL;
+  McastGroup* g = find_group(mgid);
+  if (!g) {
+    for (auto& s : mcast_)
+      if (s.n == 0) {
+        g = &s;
+        break;
+      }
+    if (!g) return ENOMEM;
+    g->mgid = mgid;
+  }
+  uint32_t* m = group_qpns(static_cast<size_t>(g - mcast_.data()));
+  for (uint32_t i = 0; i < g->n; ++i)
+    if (m[i] == qpn) return 0;  // attached already (as rxe)
+  if (g->n == cfg_.max_mcast_qps_per_group) return ENOMEM;
+  m[g->n++] = qpn;
+  return 0;
+}
+
+int Engine::detach_mcast(uint32_t qpn, const wire::Gid& mgid) noexcept {
+  McastGroup* g = find_group(mgid);
+  if (!g) return EINVAL;
+  uint32_t* m = group_qpns(static_cast<size_t>(g - mcast_.data()));
+  for (uint32_t i = 0; i < g->n; ++i)
+    if (m[i] == qpn) {
+      m[i] = m[--g->n];  // the group slot is free again when n reaches 0
+      return 0;
+    }
+  return EINVAL;
+}
+
+// A frame to QPN 0xFFFFFF: a copy for every QP attached to its destination
+// address (the checks of rx() for each; Q_Key in ud_rx). Bounded by the group
+// size, no allocation. A QP does not receive its own packets looped back
+// (same source GID and source QPN).
+void Engine::rx_mcast(const wire::PacketView& pkt) noexcept {
+  count(Ctr::RxMcast);
+  McastGroup* g = wire::gid_is_multicast(pkt.h.l3.dst) ? find_group(pkt.h.l3.dst) : nullptr;
+  if (!g) {
+    count(Ctr::RxMcastNoGroup);
+    return;
+  }
+  const wire::OpcodeInfo& op = *pkt.op;
+  if (op.transport != wire::Transport::UD || !(op.flags & wire::kOpRequest)) {
+    count(Ctr::RxBadTransport);
+    return;
+  }
+  if ((pkt.h.bth.pkey & 0x7FFF) != (wire::kDefaultPkey & 0x7FFF)) {
+    count(Ctr::RxBadPkey);
+    return;
+  }
+  const uint32_t* m = group_qpns(static_cast<size_t>(g - mcast_.data()));
+  const bool from_us = pkt.h.l3.src == source_gid(pkt.h.l3.dst);
+  for (uint32_t i = 0; i < g->n; ++i) {
+    Qp* q = qp(m[i]);
+    if (!q) continue;
+    if (from_us && pkt.h.ext.deth.sqpn == q->qpn) continue;
+    if (!q->can_receive()) {
+      count(Ctr::RxBadState);
+      continue;
+    }
+    ++q->ctr.rx_packets;
+    q->ctr.rx_bytes += pkt.payload_len;
+    count(Ctr::McastDelivered);
+    responder_rx(*this, *q, pkt);
+  }
+}
+
 void Engine::rx(io::PktBuf* b) noexcept {
   count(Ctr::RxFrames);
   wire::PacketView pkt;
   const wire::ParseError err = wire::parse_frame({b->data, b->len}, pkt);
   if (err != wire::ParseError::Ok) {
     count(err == wire::ParseError::IcrcMismatch ? Ctr::RxIcrcErr : Ctr::RxParseErr);
+    return;
+  }
+  if (pkt.h.bth.dqpn == wire::kMcastQpn) {
+    rx_mcast(pkt);
     return;
   }
   Qp* q = qp(pkt.h.bth.dqpn);

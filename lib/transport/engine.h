@@ -75,6 +75,9 @@ enum class Ctr : uint16_t {
   RxBadLength,  // RC/UC request refused: payload length does not fit the opcode, the MTU, the RETH or the receive
   RespMrGone,        // an MR deregistered while a WRITE was arriving or a READ was being answered (NAK, QP to error)
   RxBadSrcAddr,      // RC/UC packet from another address than the QP's remote one, or to another of ours
+  RxMcast,           // frames to QPN 0xFFFFFF (a multicast group), before fan-out
+  RxMcastNoGroup,    // multicast frame dropped: not a multicast address, or no QP of ours attached to it
+  McastDelivered,    // copies of multicast frames handed to attached QPs (Q_Key checked after: ud_qkey_drop)
   kCount
 };
 const char* ctr_name(Ctr c) noexcept;
@@ -127,6 +130,10 @@ struct EngineConfig {
   // memcpy of 1-2 KB beats (test/bench/bench_zero_copy: 0.9x at MTU 1024 and
   // 2048, 1.1x at 4096).
   uint32_t zero_copy_min = 4096;
+  // Multicast (attach_mcast): groups this engine's QPs may join, and QPs per
+  // group; both tables are allocated at construction (Linux rxe: 8192 x 56).
+  uint32_t max_mcast_groups = 64;
+  uint32_t max_mcast_qps_per_group = 16;
 };
 
 class Engine {
@@ -162,6 +169,16 @@ class Engine {
   int destroy_qp(uint32_t qpn);
   int modify_qp(uint32_t qpn, const verbs::QpAttr& attr, uint32_t mask) noexcept;
   int query_qp(uint32_t qpn, verbs::QpAttr* attr) const noexcept;
+  // ibv_attach_mcast / ibv_detach_mcast: a UD QP joins (leaves) the multicast
+  // group `mgid` (wire::gid_is_multicast); packets to QPN 0xFFFFFF for that
+  // address are delivered to every attached QP whose Q_Key matches. Attach:
+  // 0 (also when already attached), EINVAL (no such QP, not UD, not a multicast
+  // GID), ENOMEM (no free group slot or the group is full). Detach: 0, EINVAL
+  // (not attached). destroy_qp detaches the QP from every group.
+  int attach_mcast(uint32_t qpn, const wire::Gid& mgid) noexcept;
+  int detach_mcast(uint32_t qpn, const wire::Gid& mgid) noexcept;
+  // Number of QPs attached to mgid (0 when no such group).
+  uint32_t mcast_members(const wire::Gid& mgid) const noexcept;
   int post_send(uint32_t qpn, const verbs::SendWr& wr) noexcept;
   int post_recv(uint32_t qpn, const verbs::RecvWr& wr) noexcept;
   int post_srq_recv(verbs::Srq* srq, const verbs::RecvWr& wr) noexcept { return srq->post(wr); }
@@ -215,6 +232,14 @@ class Engine {
 
  private:
   void rx(io::PktBuf* b) noexcept;
+  void rx_mcast(const wire::PacketView& pkt) noexcept;
+  // One multicast group: its MGID and the QPNs attached (count, then the slots).
+  struct McastGroup {
+    wire::Gid mgid{};
+    uint32_t n = 0;  // 0: free slot
+  };
+  McastGroup* find_group(const wire::Gid& mgid) noexcept;
+  uint32_t* group_qpns(size_t g) noexcept { return &mcast_qpns_[g * cfg_.max_mcast_qps_per_group]; }
   Qp& install_qp(uint32_t n, const verbs::QpInitAttr& init);
   void run_timers() noexcept;
   void flush_tx() noexcept;
@@ -238,6 +263,8 @@ class Engine {
   std::vector<std::unique_ptr<verbs::Cq>> cqs_;
   std::vector<std::unique_ptr<verbs::Srq>> srqs_;
   std::vector<std::unique_ptr<verbs::Ah>> ahs_;
+  std::vector<McastGroup> mcast_;      // max_mcast_groups slots
+  std::vector<uint32_t> mcast_qpns_;   // max_mcast_groups x max_mcast_qps_per_group
 
   // Ready lists: FIFO rings of QPs with work (capacity max_qps, each QP at most once).
   std::unique_ptr<Qp*[]> req_q_, resp_q_;

@@ -49,6 +49,20 @@ constexpr uint32_t gid_to_ipv4(const Gid& g) noexcept {
   return (uint32_t{g[12]} << 24) | (uint32_t{g[13]} << 16) | (uint32_t{g[14]} << 8) | g[15];
 }
 
+// Multicast on RoCEv2: the MGID is an IPv6 multicast address (ff00::/8) or an
+// IPv4-mapped IPv4 multicast one (::ffff:224.0.0.0/100); packets to the group
+// carry destination QPN 0xFFFFFF (IBTA 10.5.2.1) and go to the group's MAC.
+inline constexpr uint32_t kMcastQpn = 0xFFFFFF;
+constexpr bool gid_is_multicast(const Gid& g) noexcept {
+  return g[0] == 0xFF || (gid_is_ipv4_mapped(g) && (g[12] & 0xF0) == 0xE0);
+}
+// The Ethernet address of a multicast group: 01:00:5e + the low 23 bits of an
+// IPv4 group (RFC 1112 6.4), 33:33 + the low 32 bits of an IPv6 one (RFC 2464 7).
+constexpr MacAddr multicast_mac(const Gid& g) noexcept {
+  if (gid_is_ipv4_mapped(g)) return MacAddr{0x01, 0x00, 0x5E, static_cast<uint8_t>(g[13] & 0x7F), g[14], g[15]};
+  return MacAddr{0x33, 0x33, g[12], g[13], g[14], g[15]};
+}
+
 struct EthHdr {
   MacAddr dst;
   MacAddr src;

@@ -403,3 +403,21 @@ TEST_CASE("every truncation of valid frames is handled without overreading") {
   CHECK(replies == 0);
   CHECK(s.counters().dropped() == s.counters().rx_frames - s.counters().roce);
 }
+
+TEST_CASE("resolving a multicast group: its MAC at once, no ARP or ND") {
+  NetStack s(host());
+  Out req;
+  wire::MacAddr mac{};
+  uint32_t len = 1;
+  REQUIRE(s.resolve(wire::gid_from_ipv4(0xEF010101u), 0, mac, req.span(), len) == NetStack::Resolve::Ready);
+  CHECK(mac == wire::MacAddr{0x01, 0x00, 0x5E, 0x01, 0x01, 0x01});
+  CHECK(len == 0);
+  wire::Gid v6{};
+  v6[0] = 0xFF;
+  v6[1] = 0x12;
+  v6[15] = 0x07;
+  REQUIRE(s.resolve(v6, 0, mac, req.span(), len) == NetStack::Resolve::Ready);
+  CHECK(mac == wire::MacAddr{0x33, 0x33, 0, 0, 0, 0x07});
+  CHECK(s.counters().arp_requests_sent == 0);
+  CHECK(s.neighbours().find(wire::gid_from_ipv4(0xEF010101u)) == nullptr);
+}
