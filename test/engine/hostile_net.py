@@ -317,7 +317,10 @@ def main():
         fr += [fb.frame(me_mac, me_ip, bth(RC_SEND_ONLY, n, 0) + b"\x00" * 64) for n in (0, 0xFFFFFF, 0xABCDE, 0x7FFF)]
         return fr
 
-    check("QP1 / unknown QPN", qp1_unknown, {("transport", "ud_qkey_drop"): 4, ("transport", "rx_no_qp"): 4},
+    # QPN 0xFFFFFF is the multicast QPN: an RC SEND to it at a unicast address
+    # finds no group (rx_mcast_no_group), the three others find no QP.
+    check("QP1 / unknown QPN", qp1_unknown, {("transport", "ud_qkey_drop"): 4, ("transport", "rx_no_qp"): 3,
+                                             ("transport", "rx_mcast_no_group"): 1},
           "UD MAD to QP1 with a wrong Q_Key, RC SEND to QPN 0, 0xffffff, ...")
 
     # 6-8. Requests the target QPs must refuse (each refusal is fatal for its QP:
