@@ -75,9 +75,15 @@ pair() {
   wait "$sp"
   src=$?
 }
+# stdout goes to a file fully buffered, stderr unbuffered: a program's error
+# lands before its data lines, so show the lines that are not ping data first.
 show() {
-  echo "       --- server"; tail -n 6 "$T/$1.s" | sed 's/^/       /'
-  echo "       --- client"; tail -n 6 "$T/$1.c" | sed 's/^/       /'
+  local f
+  for f in server:s client:c; do
+    echo "       --- ${f%:*}"
+    grep -v 'ping data: ' "$T/$1.${f#*:}" | tail -n 12 | sed 's/^/       /'
+    tail -n 3 "$T/$1.${f#*:}" | sed 's/^/       /'
+  done
 }
 both_ok() {  # both_ok NAME PATTERN_CLIENT PATTERN_SERVER DESCRIPTION
   if [ "$crc" -eq 0 ] && [ "$src" -eq 0 ] && grep -q "$2" "$T/$1.c" && grep -q "$3" "$T/$1.s"; then

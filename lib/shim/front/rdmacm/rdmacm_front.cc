@@ -33,6 +33,7 @@
 #include <cerrno>
 #include <cstdarg>
 #include <cstdlib>
+#include <condition_variable>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -62,6 +63,7 @@ int status(int neg) { return neg == 0 ? 0 : fail(neg < 0 ? -neg : EINVAL); }
 // ---- the control connection -----------------------------------------------
 
 std::mutex g_mu;  // tables below; never held across a daemon call or a read
+std::condition_variable g_unref;  // an event was acked (FId::reported fell)
 ShimConnection* g_conn = nullptr;  // process lifetime
 
 // The process's CM connection, opened on first use.
@@ -161,12 +163,15 @@ CmDevice* get_device(uint32_t index) {
 struct FChannel {
   rdma_event_channel ch;  // first: programs hold rdma_event_channel*
   uint32_t handle;
+  uint32_t readers;  // threads inside rdma_get_cm_event (g_mu)
+  bool destroyed;    // rdma_destroy_event_channel ran while readers > 0 (g_mu)
 };
 
 struct FId {
   rdma_cm_id id;  // first: programs hold rdma_cm_id*
   uint32_t handle;
   uint32_t refs;       // the program's (until rdma_destroy_id) + one per unacked event naming it
+  uint32_t reported;   // events reported on it and not acked (a CONNECT_REQUEST: on its listener)
   bool sync;           // created with a NULL channel: id->channel is private
   bool connect_error;  // CONNECT_RESPONSE failed here: swallow the REJECTED/DISCONNECTED that follow
   CmDevice* dev;
@@ -230,13 +235,51 @@ FChannel* create_channel() {
   return c;
 }
 
+// As with ucma, a thread blocked in rdma_get_cm_event keeps the channel's
+// file: destroying the channel under it does not wake it with an error, it
+// blocks until the process ends (rping's cm_thread relies on this). The last
+// reader out closes and frees a channel destroyed under it.
 void destroy_channel(FChannel* c) {
   HandleReq h{c->handle};
   Empty e;
   call<Op::CmDestroyChannel>(h, e);
+  {
+    std::lock_guard<std::mutex> g(g_mu);
+    if (c->readers > 0) {
+      c->destroyed = true;
+      return;
+    }
+  }
   ::close(c->ch.fd);
   free(c);
 }
+
+struct ChannelReader {
+  FChannel* c;
+  explicit ChannelReader(FChannel* ch) : c(ch) {
+    std::lock_guard<std::mutex> g(g_mu);
+    ++c->readers;
+  }
+  ~ChannelReader() {
+    bool last;
+    {
+      std::lock_guard<std::mutex> g(g_mu);
+      last = --c->readers == 0 && c->destroyed;
+    }
+    if (last) {
+      int saved = errno;
+      ::close(c->ch.fd);
+      free(c);
+      errno = saved;
+    }
+  }
+  bool destroyed() const {
+    std::lock_guard<std::mutex> g(g_mu);
+    return c->destroyed;
+  }
+  ChannelReader(const ChannelReader&) = delete;
+  ChannelReader& operator=(const ChannelReader&) = delete;
+};
 
 // A new FId (one reference: the program's), not yet in g_ids.
 FId* alloc_id(rdma_event_channel* channel, void* context, rdma_port_space ps, ibv_qp_type qp_type) {
@@ -757,9 +800,16 @@ DROCE_EXPORT int rdma_destroy_id(rdma_cm_id* id) {
     auto it = g_ids.find(f->handle);
     if (it != g_ids.end() && it->second == f) g_ids.erase(it);
   }
+  {
+    // As librdmacm: block until every event reported for the id is acked
+    // (droced has dropped the ones not yet read). A program's cm thread is
+    // then past its last event before the channel goes.
+    std::unique_lock<std::mutex> g(g_mu);
+    g_unref.wait(g, [f] { return f->reported == 0; });
+  }
   if (f->sync) destroy_channel(chan_of(id->channel));
   id->channel = nullptr;
-  unref(f);  // freed now, or when its last event is acked
+  unref(f);  // the program's reference: freed now
   return 0;
 }
 
@@ -1044,19 +1094,27 @@ DROCE_EXPORT int rdma_establish(rdma_cm_id* id) {
 DROCE_EXPORT int rdma_get_cm_event(rdma_event_channel* channel, rdma_cm_event** event) {
   if (channel == nullptr || event == nullptr) return fail(EINVAL);
   FChannel* c = chan_of(channel);
+  ChannelReader reader(c);
   // Each pass consumes one count of the eventfd; a count whose event droced
   // dropped since (its id destroyed) answers -EAGAIN and we wait for the next.
+  // Once the channel is destroyed under us nothing writes the eventfd again:
+  // a blocking read waits for the process to end, as a read of ucma would.
   for (;;) {
     uint64_t v = 0;
     ssize_t n = ::read(c->ch.fd, &v, sizeof(v));
     if (n < 0) return -1;  // EAGAIN on a non-blocking channel; EINTR on a signal, as librdmacm
     if (n != sizeof(v)) return fail(EIO);
+    if (reader.destroyed()) continue;
     CmEventResp r{};
     int rc = call<Op::CmGetEvent>(HandleReq{c->handle}, r);
-    if (rc == -EAGAIN) continue;
+    if (rc == -EAGAIN || reader.destroyed()) continue;  // droced forgot the channel: -EBADF
     if (rc != 0) return status(rc);
     FEvent* e = process_event(r);
     if (e == nullptr) continue;
+    {
+      std::lock_guard<std::mutex> g(g_mu);
+      (e->listener ? e->listener : e->owner)->reported++;
+    }
     *event = &e->ev;
     return 0;
   }
@@ -1068,9 +1126,12 @@ DROCE_EXPORT int rdma_ack_cm_event(rdma_cm_event* event) {
   bool dead_owner = false, dead_listener = false;
   {
     std::lock_guard<std::mutex> g(g_mu);
+    FId* rep = e->listener ? e->listener : e->owner;
+    if (rep && rep->reported > 0) rep->reported--;
     if (e->owner) dead_owner = unref_locked(e->owner);
     if (e->listener) dead_listener = unref_locked(e->listener);
   }
+  g_unref.notify_all();
   if (dead_owner) free_id(e->owner);
   if (dead_listener) free_id(e->listener);
   free(e);
