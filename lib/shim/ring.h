@@ -173,6 +173,24 @@ class RingConsumer {
     std::atomic_ref<uint32_t>(hdr_->cons).store(cons_, std::memory_order_release);
   }
 
+  // The i-th unread entry in place, or nullptr when the producer has not
+  // published that many (refreshes the cached producer index only then).
+  // For a consumer that trusts the producer (the client reading its CQ).
+  const Entry* peek(uint32_t i) {
+    if (corrupt_) return nullptr;
+    if (prod_cache_ - cons_ <= i) {
+      // ACQUIRE: pairs with the producer's release store of prod.
+      uint32_t p = std::atomic_ref<uint32_t>(hdr_->prod).load(std::memory_order_acquire);
+      if (p - cons_ > size_) {
+        corrupt_ = true;
+        return nullptr;
+      }
+      prod_cache_ = p;
+      if (p - cons_ <= i) return nullptr;
+    }
+    return slot(i);
+  }
+
   bool try_pop(Entry* out) {
     if (available() < 1) return false;
     copy(0, out);
