@@ -702,3 +702,73 @@ TEST_CASE("front: UD and UC sends through ibv_wr_*", "[shim][front][ex]") {
   CHECK(ibv_dereg_mr(mr) == 0);
   CHECK(ibv_destroy_cq(ibv_cq_ex_to_cq(cq)) == 0);
 }
+
+TEST_CASE("front: ibv_resize_cq keeps the unread completions and refuses fewer entries than unread",
+          "[shim][front][ex]") {
+  Env e;
+  ibv_comp_channel* ch = ibv_create_comp_channel(e.ctx);
+  REQUIRE(ch != nullptr);
+  ibv_cq_init_attr_ex ca{};
+  ca.cqe = 3;
+  ca.channel = ch;
+  ca.wc_flags = IBV_WC_STANDARD_FLAGS;
+  ibv_cq_ex* cqx = ibv_create_cq_ex(e.ctx, &ca);
+  REQUIRE(cqx != nullptr);
+  ibv_cq* cq = ibv_cq_ex_to_cq(cqx);
+  CHECK(cq->cqe == 4);
+  ibv_qp* qp = e.qp(cq, IBV_QPT_RC, 32);
+  REQUIRE(qp != nullptr);
+  to_rts(qp, qp->qp_num);
+  static char buf[8192];
+  ibv_mr* mr = ibv_reg_mr(e.pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  REQUIRE(mr != nullptr);
+  ibv_sge s{reinterpret_cast<uint64_t>(buf), 4, mr->lkey};
+  const auto post = [&](uint64_t id) {
+    ibv_send_wr w{};
+    w.wr_id = id;
+    w.sg_list = &s;
+    w.num_sge = 1;
+    w.opcode = IBV_WR_RDMA_WRITE;
+    w.send_flags = IBV_SEND_SIGNALED;
+    w.wr.rdma = {reinterpret_cast<uint64_t>(buf) + 4096, mr->rkey};
+    ibv_send_wr* bad = nullptr;
+    REQUIRE(ibv_post_send(qp, &w, &bad) == 0);
+  };
+  const auto executed = [&](uint64_t n) {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (e.backend.wqes_executed() < n && std::chrono::steady_clock::now() < end) std::this_thread::yield();
+    return e.backend.wqes_executed() >= n;
+  };
+  for (uint64_t i = 1; i <= 3; i++) post(i);
+  REQUIRE(executed(3));  // three completions unread in the ring
+  CHECK(ibv_resize_cq(cq, 2) == EINVAL);
+  CHECK(cq->cqe == 4);
+  CHECK(ibv_resize_cq(cq, 0) == EINVAL);
+  CHECK(ibv_resize_cq(cq, 1 << 30) == EINVAL);
+  // Shrink to exactly what is unread, then grow; the arm goes along.
+  CHECK(ibv_resize_cq(cq, 3) == 0);
+  CHECK(cq->cqe == 4);
+  CHECK(ibv_resize_cq(cq, 100) == 0);
+  CHECK(cq->cqe == 128);
+  CHECK(ibv_req_notify_cq(cq, 0) == 0);
+  CHECK(ibv_resize_cq(cq, 20) == 0);
+  CHECK(cq->cqe == 32);
+  for (uint64_t i = 4; i <= 20; i++) post(i);  // more than the old ring held
+  pollfd p{ch->fd, POLLIN, 0};
+  REQUIRE(poll(&p, 1, 5000) == 1);
+  ibv_cq* ev = nullptr;
+  void* ctx = nullptr;
+  REQUIRE(ibv_get_cq_event(ch, &ev, &ctx) == 0);
+  CHECK(ev == cq);
+  ibv_ack_cq_events(cq, 1);
+  const std::vector<ExWc> got = poll_ex(cqx, 20);
+  REQUIRE(got.size() == 20);
+  for (uint64_t i = 0; i < 20; i++) {
+    CHECK(got[i].wr_id == i + 1);  // in order across the resizes
+    CHECK(got[i].status == IBV_WC_SUCCESS);
+  }
+  CHECK(ibv_destroy_qp(qp) == 0);
+  CHECK(ibv_dereg_mr(mr) == 0);
+  CHECK(ibv_destroy_cq(cq) == 0);
+  CHECK(ibv_destroy_comp_channel(ch) == 0);
+}

@@ -71,6 +71,9 @@ class ClientCq {
  public:
   // Takes ownership of fd.
   int attach(int fd, const proto::CreateCqResp& r);
+  // After ResizeCq: maps the new region (takes ownership of fd) and reads
+  // from it; the old one is unmapped. On error the old one stays.
+  int reattach(int fd, const proto::CreateCqResp& r);
   // Copies up to n completions out and returns them to the ring in one
   // store. No syscall.
   int poll(int n, droce_shm_cqe* out);

@@ -1105,7 +1105,26 @@ DROCE_EXPORT int ibv_destroy_cq(ibv_cq* cq) {
   return 0;
 }
 
-DROCE_EXPORT int ibv_resize_cq(ibv_cq*, int) { return EOPNOTSUPP; }
+// The daemon builds a ring of the new size holding the unread completions
+// (EINVAL when more are unread than cqe) and the front switches to it. The
+// CQ's lock keeps pollers out meanwhile, the channel's lock keeps
+// ibv_get_cq_event off the old ring's event counter.
+DROCE_EXPORT int ibv_resize_cq(ibv_cq* cq, int cqe) {
+  auto* f = reinterpret_cast<FCq*>(cq);
+  if (cqe < 1) return EINVAL;
+  std::unique_lock<std::mutex> chl;
+  if (f->channel != nullptr) chl = std::unique_lock<std::mutex>(f->channel->mu);
+  std::lock_guard<SpinLock> g(f->ring.lock);
+  CreateCqResp r{};
+  int fd = -1, nfd = 0;
+  int rc = conn_of(cq->context).call<Op::ResizeCq>({f->handle, static_cast<uint32_t>(cqe)}, r, nullptr, 0, &fd, 1, &nfd);
+  if (rc == 0 && nfd != 1) rc = -EPROTO;
+  if (rc == 0) rc = f->ring.reattach(fd, r);
+  else if (fd >= 0) close(fd);
+  if (rc != 0) return -rc;
+  cq->cqe = static_cast<int>(r.cqe);
+  return 0;
+}
 
 // One eventfd token (EFD_SEMAPHORE) per event; the CQ it belongs to is the
 // one whose shared event counter moved past what we have handed out.
