@@ -725,7 +725,12 @@ bool ShimServer::handle(Client& c, const uint8_t* in, size_t n, const int* fds, 
       case Op::CreateQp: run.operator()<Op::CreateQp>([&](const CreateQpReq& q, CreateQpResp& r) { return ops.create_qp(q, r); }); break;
       case Op::ModifyQp: run.operator()<Op::ModifyQp>([&](const ModifyQpReq& q, Empty&) {
           Obj* o = ops.find(q.handle, ObjKind::Qp);
-          return o ? backend_.modify_qp(c.info, o->id, q.attr, q.mask) : -EBADF; }); break;
+          if (o == nullptr) return -EBADF;
+          // RDMA READ / atomic depths past the device's (ibv_query_device) are refused, as devices do.
+          if (((q.mask & IBV_QP_MAX_QP_RD_ATOMIC) && q.attr.max_rd_atomic > c.dev_attr.max_qp_init_rd_atom) ||
+              ((q.mask & IBV_QP_MAX_DEST_RD_ATOMIC) && q.attr.max_dest_rd_atomic > c.dev_attr.max_qp_rd_atom))
+            return -EINVAL;
+          return backend_.modify_qp(c.info, o->id, q.attr, q.mask); }); break;
       case Op::QueryQp: run.operator()<Op::QueryQp>([&](const QueryQpReq& q, QueryQpResp& r) {
           Obj* o = ops.find(q.handle, ObjKind::Qp);
           if (o == nullptr) return -EBADF;
