@@ -26,6 +26,7 @@
 
 #include "dpdk/eal.h"
 #include "dpdk/port.h"
+#include "embedded_pair.h"
 #include "engine/embed.h"
 #include "nvmf/capsule.h"
 #include "nvmf/cm_private.h"
@@ -48,27 +49,13 @@ constexpr size_t kCapOff = 0, kCapSize = 64 + 8192;
 constexpr size_t kRespOff = 64 * 1024, kRespSize = 64, kResps = 32;
 constexpr size_t kDataOff = 128 * 1024;
 
-engine::EmbedOptions opts(dpdk::Port& p, const char* ip, uint16_t loops) {
-  engine::EmbedOptions o;
-  o.port = &p;
-  o.queues = loops;
-  o.init_eal = false;
-  o.ipv4 = {ip};
-  o.engine.max_qps = 64;
-  o.engine.max_mrs = 64;
-  return o;
-}
-
 struct HostQueue {
   engine::QpHandle qp;
   cm::ConnId id = 0;
   uint16_t cid = 0;
 };
 
-struct Rig {
-  dpdk::RingPair rings;
-  dpdk::Port pa, pb;
-  engine::Embedded a, b;
+struct Rig : testing::EmbeddedPair {
   Target target;
   std::unique_ptr<rdma::RdmaTarget> tgt;
   std::vector<cm::Event> ev;
@@ -76,22 +63,10 @@ struct Rig {
   uint8_t* mem = nullptr;
   uint16_t next_port = 40000;
 
-  static dpdk::PortConfig pcfg(uint16_t id, uint16_t loops) {
-    dpdk::PortConfig c;
-    c.port_id = id;
-    c.mbufs = 4095;
-    c.rx_queues = c.tx_queues = loops;
-    return c;
-  }
   // add: the subsystem's namespaces (none given: a 4 MiB RAM disk as nsid 1).
   // loops: core loops of both nodes (the net_ring pair gets as many queues).
   explicit Rig(const TargetConfig& tc, const std::function<void(Subsystem&)>& add = {}, uint16_t loops = 1)
-      : rings("nvmfrdma", loops),
-        pa(pcfg(rings.port_a(), loops)),
-        pb(pcfg(rings.port_b(), loops)),
-        a(opts(pa, "10.64.0.1", loops)),
-        b(opts(pb, "10.64.0.2", loops)),
-        target(tc) {
+      : EmbeddedPair("nvmfrdma", "10.64.0.1", "10.64.0.2", 4095, loops), target(tc) {
     Subsystem& s = target.add_subsystem(kSub, "RING0", false);
     s.allow_host(kHost);
     if (add)
@@ -126,15 +101,7 @@ struct Rig {
     }
     return cond();
   }
-  bool take(cm::EventType t, cm::Event* out = nullptr) {
-    for (size_t i = 0; i < ev.size(); ++i)
-      if (ev[i].type == t) {
-        if (out) *out = ev[i];
-        ev.erase(ev.begin() + static_cast<long>(i));
-        return true;
-      }
-    return false;
-  }
+  bool take(cm::EventType t, cm::Event* out = nullptr) { return testing::take_event(ev, t, out); }
 
   // CM connect with the NVMe-RDMA private data. Returns the REJ's status
   // (Ok when accepted: q is then ready for capsules).
