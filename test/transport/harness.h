@@ -187,6 +187,19 @@ class World {
   void settle() {
     run([] { return false; }, 200000, 2'000'000'000ull);
   }
+  // Runs until cq of node n has given at least count completions (or run()
+  // gives up, max_iters as run's); returns all it gave, in order.
+  std::vector<Wc> wait_wcs(Node& n, Cq* cq, size_t count, uint64_t max_iters = 2'000'000) {
+    std::vector<Wc> got;
+    run(
+        [&] {
+          auto x = n.drain(cq);
+          got.insert(got.end(), x.begin(), x.end());
+          return got.size() >= count;
+        },
+        max_iters);
+    return got;
+  }
 
   memlink::VirtualClock clock;
   memlink::Link link;
