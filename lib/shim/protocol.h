@@ -79,6 +79,7 @@ enum class Op : uint16_t {
   CmInitQpAttr,      // CmInitQpAttrReq -> CmInitQpAttrResp
   CmGetEvent,        // HandleReq (channel) -> CmEventResp; -EAGAIN when none is queued
   CmQueryId,         // HandleReq -> CmIdInfo
+  ResizeCq,          // ResizeCqReq -> CreateCqResp (same handle) + the new region fd
   Count_
 };
 
@@ -167,6 +168,14 @@ struct CreateCqResp {
   uint32_t cqe;          // actual capacity reported to the program
   uint32_t ring_entries;
   uint64_t region_size;
+};
+
+// ibv_resize_cq: a new region replaces the CQ's, holding its unread
+// completions; the client maps it and reads nothing from the old one after
+// sending this (-EINVAL when more than cqe completions are unread).
+struct ResizeCqReq {
+  uint32_t handle;
+  uint32_t cqe;
 };
 
 struct CreateSrqReq {
@@ -378,6 +387,7 @@ DROCE_SHIM_OP(CmDisconnect, HandleReq, Empty)
 DROCE_SHIM_OP(CmInitQpAttr, CmInitQpAttrReq, CmInitQpAttrResp)
 DROCE_SHIM_OP(CmGetEvent, HandleReq, CmEventResp)
 DROCE_SHIM_OP(CmQueryId, HandleReq, CmIdInfo)
+DROCE_SHIM_OP(ResizeCq, ResizeCqReq, CreateCqResp)
 #undef DROCE_SHIM_OP
 
 // Empty bodies are sent as zero bytes.

@@ -10,7 +10,8 @@
 # "timeout"). Prints each test's outcome on droce and rxe, and the table.
 # Fails (pyverbs_results.py compare) when a test ends in error/failure on
 # droce, or passes on rxe but not on droce, unless pyverbs_not_supported.txt
-# lists it (with the reason).
+# lists it (with the reason); then checks `ibv_devinfo -v` against the limits
+# droced enforces (devinfo_limits.py).
 #   pyverbs_suite.sh DROCED FRONT_DIR [unittest args, e.g. -k test_qp]
 #   PYVERBS_KEEP=1: keep the logs (path printed).
 set -uo pipefail
@@ -63,3 +64,17 @@ subset=
 [ $# -gt 0 ] && subset=subset
 "$PY" "$here/pyverbs_results.py" compare "$T/droce.txt" "$here/pyverbs_rxe_results.txt" \
   "$here/pyverbs_not_supported.txt" $subset
+rc=$?
+# ibv_devinfo -v against the limits droced enforces (devinfo_limits.py).
+echo
+echo "== ibv_devinfo -v against what droced enforces"
+in_drop_in() { ip netns exec "$ns" env DROCE_SOCKET="$T/a-verbs.sock" LD_LIBRARY_PATH="$FRONT" "$@"; }
+if in_drop_in timeout 20 ibv_devinfo -v >"$T/devinfo.txt" 2>&1; then
+  cat "$T/devinfo.txt"
+  in_drop_in timeout 60 "$PY" "$here/devinfo_limits.py" "$T/devinfo.txt" || rc=1
+else
+  cat "$T/devinfo.txt"
+  echo "FAIL ibv_devinfo -v"
+  rc=1
+fi
+exit $rc
