@@ -10,18 +10,6 @@
 using namespace droce;
 using namespace droce::test;
 
-namespace {
-std::vector<Wc> wait_wcs(World& w, Node& n, Cq* cq, size_t count) {
-  std::vector<Wc> got;
-  w.run([&] {
-    auto x = n.drain(cq);
-    got.insert(got.end(), x.begin(), x.end());
-    return got.size() >= count;
-  });
-  return got;
-}
-}  // namespace
-
 TEST_CASE("features: SRQ shared by two QPs", "[features]") {
   World w(3);
   Node& A = *w.node[0];

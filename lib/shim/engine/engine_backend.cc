@@ -241,6 +241,7 @@ int EngineShimBackend::query_port(uint32_t dev, uint32_t port, ibv_port_attr& p)
   p.active_mtu = std::min<ibv_mtu>(max, static_cast<ibv_mtu>(mtu_enum(cfg_.roce.path_mtu)));
   p.gid_tbl_len = static_cast<int>(dp_.gids(dev).size());
   p.max_msg_sz = verbs::kMaxMsgSize;
+  p.port_cap_flags = IBV_PORT_CM_SUP;  // the RDMA CM (lib/cm) answers on QP1
   p.pkey_tbl_len = 1;
   p.max_vl_num = 1;
   p.active_width = 1;
