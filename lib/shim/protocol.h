@@ -79,7 +79,8 @@ enum class Op : uint16_t {
   CmInitQpAttr,      // CmInitQpAttrReq -> CmInitQpAttrResp
   CmGetEvent,        // HandleReq (channel) -> CmEventResp; -EAGAIN when none is queued
   CmQueryId,         // HandleReq -> CmIdInfo
-  // ---- verbs, added after the CM ops (numbers above unchanged)
+  // ---- added after the CM ops (numbers above unchanged)
+  ResizeCq,          // ResizeCqReq -> CreateCqResp (same handle) + the new region fd
   AttachMcast,       // McastReq -> Empty (ibv_attach_mcast: UD QPs only, else -EINVAL)
   DetachMcast,       // McastReq -> Empty (ibv_detach_mcast: -EINVAL when not attached)
   CmJoinMulticast,   // CmJoinReq -> Empty; event MULTICAST_JOIN (the front attaches the id's QP)
@@ -171,6 +172,14 @@ struct CreateCqResp {
   uint32_t cqe;          // actual capacity reported to the program
   uint32_t ring_entries;
   uint64_t region_size;
+};
+
+// ibv_resize_cq: a new region replaces the CQ's, holding its unread
+// completions; the client maps it and reads nothing from the old one after
+// sending this (-EINVAL when more than cqe completions are unread).
+struct ResizeCqReq {
+  uint32_t handle;
+  uint32_t cqe;
 };
 
 struct CreateSrqReq {
@@ -403,6 +412,7 @@ DROCE_SHIM_OP(CmDisconnect, HandleReq, Empty)
 DROCE_SHIM_OP(CmInitQpAttr, CmInitQpAttrReq, CmInitQpAttrResp)
 DROCE_SHIM_OP(CmGetEvent, HandleReq, CmEventResp)
 DROCE_SHIM_OP(CmQueryId, HandleReq, CmIdInfo)
+DROCE_SHIM_OP(ResizeCq, ResizeCqReq, CreateCqResp)
 DROCE_SHIM_OP(AttachMcast, McastReq, Empty)
 DROCE_SHIM_OP(DetachMcast, McastReq, Empty)
 DROCE_SHIM_OP(CmJoinMulticast, CmJoinReq, Empty)

@@ -70,6 +70,7 @@ echo
 echo "== ibv_devinfo -v against what droced enforces"
 in_drop_in() { ip netns exec "$ns" env DROCE_SOCKET="$T/a-verbs.sock" LD_LIBRARY_PATH="$FRONT" "$@"; }
 if in_drop_in timeout 20 ibv_devinfo -v >"$T/devinfo.txt" 2>&1; then
+  cat "$T/devinfo.txt"
   in_drop_in timeout 60 "$PY" "$here/devinfo_limits.py" "$T/devinfo.txt" || rc=1
 else
   cat "$T/devinfo.txt"
