@@ -876,7 +876,7 @@ run_cm() {
 # droced (drop-in librdmacm) and the guest's kernel rdma_cm over rxe0. The receiver joins a
 # 239.77.0.x group and waits for ITERS messages (mckey's own wait has no timeout: `timeout`
 # bounds it); the sender on the other side starts once the receiver has joined (droce: its
-# "mckey: joined" line; rxe: the guest kernel lists the group on its interface, the IGMP join
+# "mckey: joined" line, line-buffered with stdbuf -oL; rxe: the guest kernel lists the group on its interface, the IGMP join
 # cma makes for RoCEv2) and sends ITERS. PASS: both exit 0 with "data transfers complete",
 # the receiver got the group's MGID (::ffff:239.77.0.x), droce's frames pass the capture
 # checks, and for d2r the capture holds ITERS droce frames to the group's MAC and QPN 0xFFFFFF.
@@ -907,7 +907,7 @@ run_mckey() {
     rx $((tmo + 30)) wait "$G1" "$job" --timeout "$((tmo + 10))" >"$glog" 2>&1
     grc=$?
   else
-    "${host[@]}" timeout -k 5 "$tmo" mckey -m "$group" -b "$DROCE_IP" -C "$iters" >"$hlog" 2>&1 &
+    "${host[@]}" timeout -k 5 "$tmo" stdbuf -oL mckey -m "$group" -b "$DROCE_IP" -C "$iters" >"$hlog" 2>&1 &
     HOST_PID=$!
     for i in $(seq 1 300); do
       grep -q '^mckey: joined' "$hlog" && break
@@ -929,8 +929,9 @@ run_mckey() {
   rm -f "$before" "$after"
   local n bad mal ttl gmac to_group
   IFS=/ read -r n bad mal ttl <<<"$(check_capture "$pcap" "$DROCE_MAC")"
-  gmac=$(printf '01:00:5e:%02x:%02x:%02x' "$(echo "$group" | cut -d. -f2 | awk '{print and($1, 127)}')" \
-         "$(echo "$group" | cut -d. -f3)" "$(echo "$group" | cut -d. -f4)")
+  local o1 o2 o3 o4
+  IFS=. read -r o1 o2 o3 o4 <<<"$group"
+  gmac=$(printf '01:00:5e:%02x:%02x:%02x' $((o2 & 127)) "$o3" "$o4")  # RFC 1112: the low 23 bits
   to_group=$(tshark -r "$pcap" -Y "eth.src==$DROCE_MAC && eth.dst==$gmac && infiniband.bth.destqp == 0xffffff" 2>/dev/null | grep -c .)
   local rlog=$glog slog=$hlog
   [ "$dir" = r2d ] && { rlog=$hlog; slog=$glog; }

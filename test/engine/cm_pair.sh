@@ -138,11 +138,12 @@ fi
 # mckey: UD multicast (rdma_join_multicast_ex, MULTICAST_JOIN, ibv_attach_mcast,
 # SENDs to QPN 0xFFFFFF). The receiver joins the group and waits for its 10
 # messages (mckey's own loop has no timeout: `on` bounds it); once it has
-# joined, the sender on the other node joins and sends 10. Both directions.
+# joined (its "mckey: joined" line: stdbuf -oL, mckey's stdout is a file), the
+# sender on the other node joins and sends 10. Both directions.
 # mckey_run NAME RNODE RADDR SNODE SADDR GROUP: sets crc/src.
 mckey_run() {
   local name=$1 rnode=$2 raddr=$3 snode=$4 saddr=$5 group=$6
-  on "$rnode" 60 mckey -m "$group" -b "$raddr" -C 10 >"$T/$name.s" 2>&1 &
+  on "$rnode" 60 stdbuf -oL mckey -m "$group" -b "$raddr" -C 10 >"$T/$name.s" 2>&1 &
   local rp=$!
   for _ in $(seq 200); do
     grep -q '^mckey: joined' "$T/$name.s" && break
