@@ -104,8 +104,11 @@ class Port {
   void reset_stats();
   std::vector<std::pair<std::string, uint64_t>> xstats() const;
 
-  // Stops the device and releases it; also done by the destructor.
+  // Stops the device and releases it; also done by the destructor. Runs on
+  // EAL's interrupt thread (see port.cc), waiting for it up to 5 s.
   void close() noexcept;
+  // The close itself, on the calling thread.
+  void close_now() noexcept;
 
  private:
   uint16_t id_ = 0;
