@@ -268,6 +268,16 @@ void Port::set_promiscuous(bool on) {
 
 bool Port::promiscuous() const { return rte_eth_promiscuous_get(id_) == 1; }
 
+const char* Port::set_mc_addrs(const std::vector<wire::MacAddr>& macs) {
+  std::vector<rte_ether_addr> a(macs.size());
+  for (size_t i = 0; i < macs.size(); ++i) std::memcpy(a[i].addr_bytes, macs[i].data(), 6);
+  int rc = rte_eth_dev_set_mc_addr_list(id_, a.empty() ? nullptr : a.data(), static_cast<uint32_t>(a.size()));
+  if (rc == 0) return "list";
+  rc = macs.empty() ? rte_eth_allmulticast_disable(id_) : rte_eth_allmulticast_enable(id_);
+  if (rc == 0) return "allmulti";
+  return "none";
+}
+
 LinkStatus Port::link() const {
   rte_eth_link l{};
   const int rc = rte_eth_link_get_nowait(id_, &l);
