@@ -92,6 +92,12 @@ class MrTable {
     return true;
   }
 
+  // Control path: the registered MR with this key, or nullptr.
+  const MrEntry* entry(uint32_t key) const noexcept {
+    const uint32_t idx = key >> 8;
+    if (idx >= capacity_ || entries_[idx].key != key || entries_[idx].state == 0) return nullptr;
+    return &entries_[idx];
+  }
   uint32_t capacity() const noexcept { return capacity_; }
   uint32_t in_use() const noexcept { return in_use_; }
 

@@ -65,6 +65,12 @@ void MwTable::detach(MwEntry& w) noexcept {
   w.access = 0;
 }
 
+uint32_t MwTable::current_key(uint32_t key) const noexcept {
+  const uint32_t idx = (key >> 8) & 0x7FFFFF;
+  if (!is_mw_key(key) || idx >= capacity_ || entries_[idx].state == MwState::Free) return 0;
+  return entries_[idx].key;
+}
+
 int MwTable::dealloc(uint32_t key) noexcept {
   MwEntry* w = entry(key);
   if (!w) return EINVAL;
@@ -80,8 +86,13 @@ int MwTable::dealloc(uint32_t key) noexcept {
 
 WcStatus MwTable::bind(uint32_t pd, uint32_t qpn, const SendWr& wr) noexcept {
   const auto& b = wr.bind;
-  MwEntry* w = entry(b.mw_rkey);
-  if (!w || w->pd != pd) return WcStatus::MwBindErr;  // C10-72: the QP's PD
+  // The window is named by its index: a type 2 bind does not update the
+  // consumer's ibv_mw.rkey, so its key byte may be an older one. The PD check
+  // keeps a consumer to its own windows.
+  const uint32_t idx = (b.mw_rkey >> 8) & 0x7FFFFF;
+  if (!is_mw_key(b.mw_rkey) || idx >= capacity_ || entries_[idx].state == MwState::Free) return WcStatus::MwBindErr;
+  MwEntry* w = &entries_[idx];
+  if (w->pd != pd) return WcStatus::MwBindErr;  // C10-72: the QP's PD
   // Type 1 through ibv_bind_mw only, type 2 through a BIND_MW work request only.
   if (b.type1 != (w->type == MwType::Type1)) return WcStatus::MwBindErr;
   if ((b.new_rkey & ~0xFFu) != (w->key & ~0xFFu)) return WcStatus::MwBindErr;  // only the key byte changes

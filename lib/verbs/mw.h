@@ -68,10 +68,14 @@ class MwTable {
   int alloc(Pd pd, MwType type, uint32_t* key_out) noexcept;
   // ibv_dealloc_mw: unbinds (the MR's count drops) and frees. 0 or EINVAL.
   int dealloc(uint32_t key) noexcept;
+  // The current key of the allocated window with key's index (binds change
+  // its key byte), 0 if none: for callers that hold the key alloc() gave.
+  uint32_t current_key(uint32_t key) const noexcept;
 
-  // A bind work request of QP qpn (PD pd), as the requester executes it.
-  // WcStatus::Success, or MwBindErr for anything the bind rules refuse
-  // (unknown window or MR, other PD, wrong type for the way it was posted,
+  // A bind work request of QP qpn (PD pd), as the requester executes it. The
+  // window is named by the index of wr.bind.mw_rkey (its key byte is not
+  // checked). WcStatus::Success, or MwBindErr for anything the bind rules
+  // refuse (unknown window or MR, other PD, wrong type for the way it was posted,
   // type 2 not free, new key of another index, range outside the MR, rights
   // the MR cannot give, MR without kAccessMwBind, zero-based access).
   WcStatus bind(uint32_t pd, uint32_t qpn, const SendWr& wr) noexcept;

@@ -197,10 +197,14 @@ TEST_CASE("QP state machine: modify_qp checks per transition and type", "[verbs]
   wr.num_sge = 0;
   wr.opcode = WrOpcode::AtomicFetchAdd;
   CHECK(qp.post_send(wr) == EINVAL);  // atomics need exactly 8 bytes
+  // Memory-window work requests are taken on RC (their SGEs ignored: no data).
   wr.opcode = WrOpcode::LocalInv;
-  CHECK(qp.post_send(wr) == EINVAL);
+  wr.num_sge = 3;
+  CHECK(qp.post_send(wr) == 0);
+  CHECK(qp.sq.at(qp.sq.head - 1).wr.num_sge == 0);
+  wr.num_sge = 0;
   wr.opcode = WrOpcode::Send;
-  for (int i = 0; i < 64; ++i) REQUIRE(qp.post_send(wr) == 0);
+  for (int i = 0; i < 63; ++i) REQUIRE(qp.post_send(wr) == 0);
   CHECK(qp.post_send(wr) == ENOMEM);
 }
 
@@ -341,7 +345,9 @@ TEST_CASE("MW table: bind rules, access through a window, invalidate, dealloc, M
   SendWr other_index = bind_wr(w1, 1, mr, va, 64, rw, true);
   other_index.bind.new_rkey ^= 0x100;
   CHECK(mw.bind(1, 5, other_index) == WcStatus::MwBindErr);
-  CHECK(mw.bind(1, 5, bind_wr(w1 ^ 1, 1, mr, va, 64, rw, true)) == WcStatus::MwBindErr);    // stale window key
+  CHECK(mw.bind(1, 5, bind_wr(w1 + (3u << 8), 1, mr, va, 64, rw, true)) == WcStatus::MwBindErr);  // no such window
+  CHECK(mw.current_key(w1 + (3u << 8)) == 0);
+  CHECK(mw.current_key(w1) == w1);
   CHECK(t.dereg(mr) == 0);  // nothing bound yet
   REQUIRE(t.reg(pd, buf.data(), buf.size(), kAccessLocalWrite | kAccessMwBind, &mr) == 0);
 
@@ -349,6 +355,7 @@ TEST_CASE("MW table: bind rules, access through a window, invalidate, dealloc, M
   REQUIRE(mw.bind(1, 5, bind_wr(w1, 0x42, mr, va + 64, 128, kAccessRemoteWrite | kAccessLocalWrite, true)) ==
           WcStatus::Success);
   const uint32_t k1 = (w1 & ~0xFFu) | 0x42;
+  CHECK(mw.current_key(w1) == k1);
   CHECK(mw.lookup_remote(w1, 1, 5, va + 64, 8, kAccessRemoteWrite, &e) == nullptr);  // the old key is dead
   CHECK(e == MrError::BadKey);
   CHECK(mw.lookup_remote(k1, 1, 5, va + 64, 128, kAccessRemoteWrite, &e) == buf.data() + 64);
