@@ -76,6 +76,9 @@ enum class Op : uint16_t {
   CmInitQpAttr,      // CmInitQpAttrReq -> CmInitQpAttrResp
   CmGetEvent,        // HandleReq (channel) -> CmEventResp; -EAGAIN when none is queued
   CmQueryId,         // HandleReq -> CmIdInfo
+  // ---- memory windows (appended: the values above do not move)
+  AllocMw,           // AllocMwReq -> AllocMwResp
+  DeallocMw,         // HandleReq -> Empty (a bound window is unbound first)
   Count_
 };
 
@@ -144,6 +147,15 @@ struct RegMrReq {
   uint64_t map_addr;  // page aligned, <= addr
   uint64_t map_len;   // page multiple, covers [addr, addr + length)
   uint64_t fd_offset; // page aligned
+};
+// ibv_alloc_mw. Binding is a send work request (droce_shm_abi.h, BIND_MW).
+struct AllocMwReq {
+  uint32_t pd;
+  uint32_t type;  // enum ibv_mw_type
+};
+struct AllocMwResp {
+  uint32_t handle;
+  uint32_t rkey;  // the window's key before any bind
 };
 struct RegMrResp {
   uint32_t handle;
@@ -375,6 +387,8 @@ DROCE_SHIM_OP(CmDisconnect, HandleReq, Empty)
 DROCE_SHIM_OP(CmInitQpAttr, CmInitQpAttrReq, CmInitQpAttrResp)
 DROCE_SHIM_OP(CmGetEvent, HandleReq, CmEventResp)
 DROCE_SHIM_OP(CmQueryId, HandleReq, CmIdInfo)
+DROCE_SHIM_OP(AllocMw, AllocMwReq, AllocMwResp)
+DROCE_SHIM_OP(DeallocMw, HandleReq, Empty)
 #undef DROCE_SHIM_OP
 
 // Empty bodies are sent as zero bytes.

@@ -212,9 +212,10 @@ int refresh_devices(std::vector<FDevice*>& out) {
 constexpr uint32_t kSendOpsRc = (1u << IBV_WR_RDMA_WRITE) | (1u << IBV_WR_RDMA_WRITE_WITH_IMM) |
                                 (1u << IBV_WR_SEND) | (1u << IBV_WR_SEND_WITH_IMM) | (1u << IBV_WR_RDMA_READ) |
                                 (1u << IBV_WR_ATOMIC_CMP_AND_SWP) | (1u << IBV_WR_ATOMIC_FETCH_AND_ADD) |
-                                (1u << IBV_WR_SEND_WITH_INV);
+                                (1u << IBV_WR_SEND_WITH_INV) | (1u << IBV_WR_LOCAL_INV) | (1u << IBV_WR_BIND_MW);
 constexpr uint32_t kSendOpsUc = (1u << IBV_WR_RDMA_WRITE) | (1u << IBV_WR_RDMA_WRITE_WITH_IMM) |
-                                (1u << IBV_WR_SEND) | (1u << IBV_WR_SEND_WITH_IMM);
+                                (1u << IBV_WR_SEND) | (1u << IBV_WR_SEND_WITH_IMM) | (1u << IBV_WR_LOCAL_INV) |
+                                (1u << IBV_WR_BIND_MW);
 constexpr uint32_t kSendOpsUd = (1u << IBV_WR_SEND) | (1u << IBV_WR_SEND_WITH_IMM);
 
 // Fills one send WQE; returns 0 or a positive errno.
@@ -225,7 +226,7 @@ int fill_send(const FQp& q, const ibv_send_wr& wr, droce_shm_send_wqe* w) {
   if (wr.num_sge < 0 || static_cast<uint32_t>(wr.num_sge) > q.cap.max_send_sge) return EINVAL;
   w->wr_id = wr.wr_id;
   w->opcode = static_cast<uint8_t>(wr.opcode);
-  w->send_flags = wr.send_flags;
+  w->send_flags = wr.send_flags & ~static_cast<uint32_t>(DROCE_SEND_BIND_TYPE1);
   w->imm_data = wr.imm_data;  // also invalidate_rkey (a union in ibv_send_wr)
   w->remote_addr = 0;
   w->rkey = 0;
@@ -233,6 +234,22 @@ int fill_send(const FQp& q, const ibv_send_wr& wr, droce_shm_send_wqe* w) {
   w->ah = w->remote_qpn = w->remote_qkey = 0;
   w->inline_len = 0;
   w->reserved = 0;
+  if (wr.opcode == IBV_WR_BIND_MW || wr.opcode == IBV_WR_LOCAL_INV) {
+    // Local operations: no data (droce_shm_abi.h says where BIND_MW's fields go;
+    // LOCAL_INV's key is in imm_data already). The daemon checks them.
+    w->num_sge = 0;
+    w->send_flags &= ~static_cast<uint32_t>(IBV_SEND_INLINE);
+    if (wr.opcode == IBV_WR_BIND_MW) {
+      if (wr.bind_mw.mw == nullptr) return EINVAL;
+      const ibv_mw_bind_info& b = wr.bind_mw.bind_info;
+      w->imm_data = wr.bind_mw.mw->rkey;
+      w->rkey = wr.bind_mw.rkey;
+      w->remote_addr = b.addr;
+      w->compare_add = b.length;
+      w->swap = (b.mr ? b.mr->lkey : 0u) | (uint64_t{static_cast<uint32_t>(b.mw_access_flags)} << 32);
+    }
+    return 0;
+  }
   switch (wr.opcode) {
     case IBV_WR_RDMA_WRITE:
     case IBV_WR_RDMA_WRITE_WITH_IMM:
@@ -296,6 +313,54 @@ int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) {
   if (n) q->ring.sq.publish(n);  // one doorbell for the whole list
   if (rc != 0 && bad) *bad = wr;
   return rc;
+}
+
+// ibv_bind_mw (type 1): a BIND_MW entry marked as posted by the bind verb,
+// with the window's next key (ibv_inc_rkey), which the window takes now, as
+// rdma-core's providers do (the bind completes later, in order, on the QP).
+int bind_mw(ibv_qp* qp, ibv_mw* mw, ibv_mw_bind* mb) {
+  if (qp == nullptr || mw == nullptr || mb == nullptr || mw->type != IBV_MW_TYPE_1) return EINVAL;
+  auto* q = reinterpret_cast<FQp*>(qp);
+  ibv_send_wr wr{};
+  wr.wr_id = mb->wr_id;
+  wr.opcode = IBV_WR_BIND_MW;
+  wr.send_flags = mb->send_flags;
+  wr.bind_mw.mw = mw;
+  wr.bind_mw.rkey = ibv_inc_rkey(mw->rkey);
+  wr.bind_mw.bind_info = mb->bind_info;
+  std::lock_guard<SpinLock> g(q->ring.sq_lock);
+  if (q->ring.sq.free_slots(1) < 1) return ENOMEM;
+  droce_shm_send_wqe* w = q->ring.sq.slot(0);
+  if (int rc = fill_send(*q, wr, w)) return rc;
+  w->send_flags |= DROCE_SEND_BIND_TYPE1;
+  q->ring.sq.publish(1);
+  mw->rkey = wr.bind_mw.rkey;
+  return 0;
+}
+
+ibv_mw* alloc_mw(ibv_pd* pd, ibv_mw_type type) {
+  AllocMwReq q{pd->handle, static_cast<uint32_t>(type)};
+  AllocMwResp r{};
+  if (int rc = conn_of(pd->context).call<Op::AllocMw>(q, r)) return fail<ibv_mw>(rc);
+  auto* m = new_obj<ibv_mw>();
+  if (m == nullptr) {
+    Empty e;
+    conn_of(pd->context).call<Op::DeallocMw>({r.handle}, e);
+    return fail<ibv_mw>(-ENOMEM);
+  }
+  m->context = pd->context;
+  m->pd = pd;
+  m->rkey = r.rkey;
+  m->handle = r.handle;
+  m->type = type;
+  return m;
+}
+
+int dealloc_mw(ibv_mw* mw) {
+  Empty e;
+  if (int rc = conn_of(mw->context).call<Op::DeallocMw>({mw->handle}, e)) return -rc;
+  delete_obj(mw);
+  return 0;
 }
 
 template <typename Ring>
@@ -478,6 +543,9 @@ ibv_context* droce_v11_ibv_open_device(ibv_device* d) {
   c.ops.post_send = post_send;
   c.ops.post_recv = post_recv;
   c.ops.post_srq_recv = post_srq_recv;
+  c.ops.alloc_mw = alloc_mw;
+  c.ops.dealloc_mw = dealloc_mw;
+  c.ops.bind_mw = bind_mw;
   return &c;
 }
 
