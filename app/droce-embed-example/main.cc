@@ -55,13 +55,7 @@ verbs::Wc wait_wc(engine::Embedded& x, engine::Embedded& y, verbs::Cq* cq) {
 
 int main(int argc, char** argv) {
   std::vector<std::string> eal;
-  int own = argc;
-  for (int i = 1; i < argc; ++i)
-    if (std::strcmp(argv[i], "--") == 0) {
-      own = i;
-      for (int j = i + 1; j < argc; ++j) eal.emplace_back(argv[j]);
-      break;
-    }
+  const int own = engine::split_eal_args(argc, argv, eal);
   std::string tdev, tip, idev, iip;
   uint32_t blocks = 64, bsize = 4096;
   CLI::App app{"droce-embed-example: toy RDMA storage target + initiator on the embedding API"};

@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "engine/embed.h"
+#include "engine/node_cli.h"
 #include "netstack/gid_table.h"
 
 using namespace droce;
@@ -442,17 +443,13 @@ int run(engine::Embedded& node, const Opts& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::vector<std::string> eal;
-  const int own = engine::split_eal_args(argc, argv, eal);
   Opts o;
   CLI::App app{"droce-interop: rdma-core pingpong exchange against an unmodified peer"};
   app.add_option("test", o.test, "rc_pingpong, uc_pingpong or ud_pingpong")
       ->required()
       ->check(CLI::IsMember({"rc_pingpong", "uc_pingpong", "ud_pingpong"}));
   app.add_option("server", o.host, "server's TCP address (client side); none: be the server");
-  app.add_option("--device", o.device, "DPDK device (e.g. net_af_packet0,iface=dpdk0)")->required();
-  app.add_option("--ip", o.ip, "IPv4 address of this node (repeatable)")->required();
-  app.add_option("--mac", o.mac, "MAC address for the port");
+  engine::add_node_options(app, o.device, o.ip, o.mac);
   app.add_option("-p,--port", o.tcp_port, "TCP port of the exchange (default 18515)");
   app.add_option("-s,--size", o.size, "message size (default 4096)")->check(CLI::Range(1u, 1u << 24));
   app.add_option("-n,--iters", o.iters, "exchanges (default 1000)")->check(CLI::Range(1u, 1u << 30));
@@ -466,11 +463,8 @@ int main(int argc, char** argv) {
   app.add_option("--fault-drop", o.f_drop_rx, "drop this fraction of received frames")->check(CLI::Range(0.0, 1.0));
   app.add_option("--fault-tx-drop", o.f_drop_tx, "drop this fraction of sent frames")->check(CLI::Range(0.0, 1.0));
   app.footer("EAL arguments after --. Exit status 0 when every exchange completed with its data verified.");
-  try {
-    app.parse(own, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
+  std::vector<std::string> eal;
+  if (const auto rc = engine::parse_node_command_line(app, argc, argv, eal)) return *rc;
   spdlog::set_level(spdlog::level::warn);
   try {
     engine::EmbedOptions e = engine::node_options(o.device, eal, o.ip, o.mac, o.mtu);

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "engine/embed.h"
+#include "engine/node_cli.h"
 #include "netstack/gid_table.h"
 
 using namespace droce;
@@ -902,15 +903,11 @@ void close_after_peer(engine::Embedded& node) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::vector<std::string> eal;
-  const int own = engine::split_eal_args(argc, argv, eal);
   Opts o;
   CLI::App app{"droce-perf: perftest-like RoCEv2 benchmark between two droce nodes"};
   app.add_option("test", o.test, "send_bw send_lat write_bw write_lat read_bw read_lat atomic_bw atomic_lat")->required();
   app.add_option("server", o.host, "server address for the TCP exchange (client side); none: be the server");
-  app.add_option("--device", o.device, "DPDK device of this node (e.g. net_af_packet0,iface=veth0)")->required();
-  app.add_option("--ip", o.ip, "IPv4 address of this node (repeatable)")->required();
-  app.add_option("--mac", o.mac, "MAC address for the port");
+  engine::add_node_options(app, o.device, o.ip, o.mac);
   app.add_option("-s,--size", o.size, "message size in bytes")->check(CLI::Range(1u, 1u << 30));
   app.add_flag("-a,--all", o.all, "run sizes 2 .. 2^20 (or --max-size)");
   app.add_option("--max-size", o.max_size, "largest size with -a");
@@ -935,11 +932,8 @@ int main(int argc, char** argv) {
   app.add_option("--fault-reorder", o.f_reorder, "fault injection: RX reorder probability")->check(CLI::Range(0.0, 1.0));
   app.add_option("--fault-corrupt", o.f_corrupt, "fault injection: RX corrupt probability")->check(CLI::Range(0.0, 1.0));
   app.footer("EAL arguments after --. Exit status 0 when every run completed with its data verified.");
-  try {
-    app.parse(own, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
+  std::vector<std::string> eal;
+  if (const auto rc = engine::parse_node_command_line(app, argc, argv, eal)) return *rc;
   spdlog::set_level(spdlog::level::warn);
   try {
     Params check = params_from(o);  // reject bad combinations before starting DPDK

@@ -740,7 +740,11 @@ int CmSessions::init_qp_attr(const ClientInfo& c, const CmInitQpAttrReq& q, CmIn
       a.rq_psn = p.rq_psn;
       if (rc_qp) {
         mask |= IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
-        a.max_dest_rd_atomic = p.max_dest_rd_atomic;
+        // The depths negotiated on the wire, within this device's limits
+        // (ibv_modify_qp refuses more than max_qp_rd_atom / max_qp_init_rd_atom).
+        ibv_device_attr da{};
+        if (int rc = verbs_.query_device(id->dev, da)) return rc;
+        a.max_dest_rd_atomic = static_cast<uint8_t>(std::min<int>(p.max_dest_rd_atomic, da.max_qp_rd_atom));
         a.min_rnr_timer = p.min_rnr_timer;
       }
       break;
@@ -754,7 +758,9 @@ int CmSessions::init_qp_attr(const ClientInfo& c, const CmInitQpAttrReq& q, CmIn
         a.timeout = p.timeout;
         a.retry_cnt = p.retry_cnt;
         a.rnr_retry = p.rnr_retry;
-        a.max_rd_atomic = p.max_rd_atomic;
+        ibv_device_attr da{};
+        if (int rc = verbs_.query_device(id->dev, da)) return rc;
+        a.max_rd_atomic = static_cast<uint8_t>(std::min<int>(p.max_rd_atomic, da.max_qp_init_rd_atom));
       }
       break;
     default: return -EINVAL;

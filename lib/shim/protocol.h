@@ -27,7 +27,10 @@ namespace droce::shim::proto {
 constexpr uint32_t kMagic = 0x434f5244;  // "DROC"
 constexpr uint16_t kVersion = 1;
 constexpr uint32_t kMaxDevices = 8;
-constexpr uint32_t kMaxGids = 16;
+constexpr uint32_t kMaxGids = 16;  // a port's GID table (gid_tbl_len): slots past the populated ones are empty
+// Completion vectors of a device (ibv_context::num_comp_vectors): a CQ's
+// comp_vector must be below it.
+constexpr uint32_t kCompVectors = 1;
 constexpr size_t kMaxMessage = 1024;
 constexpr const char* kDefaultSocket = "/run/droce/verbs.sock";
 

@@ -301,6 +301,7 @@ struct ServerOps {
     Obj* ch = nullptr;
     if (q.channel != 0 && (ch = find(q.channel, ObjKind::Channel)) == nullptr) return -EBADF;
     if (q.cqe < 1 || q.cqe > static_cast<uint32_t>(c.dev_attr.max_cqe)) return -EINVAL;
+    if (q.comp_vector >= kCompVectors) return -EINVAL;
     uint32_t entries = ring_entries_for(q.cqe);
     if (entries == 0) return -EINVAL;
     auto o = std::make_unique<Obj>(ObjKind::Cq);
@@ -714,7 +715,11 @@ bool ShimServer::handle(Client& c, const uint8_t* in, size_t n, const int* fds, 
       case Op::OpenDevice: run.operator()<Op::OpenDevice>([&](const OpenDeviceReq& q, OpenDeviceResp& r) { return ops.open_device(q, r); }); break;
       case Op::QueryDevice: run.operator()<Op::QueryDevice>([&](ibv_device_attr& r) { return backend_.query_device(c.info.dev, r); }); break;
       case Op::QueryPort: run.operator()<Op::QueryPort>([&](const PortReq& q, ibv_port_attr& r) {
-          return q.port < 1 || q.port > c.dev_attr.phys_port_cnt ? -EINVAL : backend_.query_port(c.info.dev, q.port, r); }); break;
+          if (q.port < 1 || q.port > c.dev_attr.phys_port_cnt) return -EINVAL;
+          int e = backend_.query_port(c.info.dev, q.port, r);
+          // The table has kMaxGids slots (QueryGidTable); the unpopulated ones are empty.
+          if (e == 0) r.gid_tbl_len = static_cast<int>(kMaxGids);
+          return e; }); break;
       case Op::QueryGidTable: run.operator()<Op::QueryGidTable>([&](const PortReq& q, GidTableResp& r) {
           return q.port < 1 || q.port > c.dev_attr.phys_port_cnt ? -EINVAL : ops.query_gid_table(q, r); }); break;
       case Op::AllocPd: run.operator()<Op::AllocPd>([&](HandleResp& r) { return ops.alloc_pd(r); }); break;
@@ -739,7 +744,12 @@ bool ShimServer::handle(Client& c, const uint8_t* in, size_t n, const int* fds, 
       case Op::CreateQp: run.operator()<Op::CreateQp>([&](const CreateQpReq& q, CreateQpResp& r) { return ops.create_qp(q, r); }); break;
       case Op::ModifyQp: run.operator()<Op::ModifyQp>([&](const ModifyQpReq& q, Empty&) {
           Obj* o = ops.find(q.handle, ObjKind::Qp);
-          return o ? backend_.modify_qp(c.info, o->id, q.attr, q.mask) : -EBADF; }); break;
+          if (o == nullptr) return -EBADF;
+          // RDMA READ / atomic depths past the device's (ibv_query_device) are refused, as devices do.
+          if (((q.mask & IBV_QP_MAX_QP_RD_ATOMIC) && q.attr.max_rd_atomic > c.dev_attr.max_qp_init_rd_atom) ||
+              ((q.mask & IBV_QP_MAX_DEST_RD_ATOMIC) && q.attr.max_dest_rd_atomic > c.dev_attr.max_qp_rd_atom))
+            return -EINVAL;
+          return backend_.modify_qp(c.info, o->id, q.attr, q.mask); }); break;
       case Op::QueryQp: run.operator()<Op::QueryQp>([&](const QueryQpReq& q, QueryQpResp& r) {
           Obj* o = ops.find(q.handle, ObjKind::Qp);
           if (o == nullptr) return -EBADF;

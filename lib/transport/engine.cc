@@ -352,6 +352,7 @@ int Engine::modify_qp(uint32_t qpn, const verbs::QpAttr& attr, uint32_t mask) no
     q->comp.retry_left = q->attr.retry_cnt;
     q->comp.rnr_left = q->attr.rnr_retry;
     q->req.cwnd = q->comp.ssthresh = cfg_.max_inflight_pkts;
+    q->rp.reset(cfg_.dcqcn_params);
   }
   if (next == QpState::Rts && old == QpState::Sqe) q->req.idx = q->sq.tail;
   if (next == QpState::Rts && !q->sq.empty()) req_ready(*q);
@@ -654,6 +655,10 @@ void Engine::rx(io::PktBuf* b) noexcept {
   if (op.flags & wire::kOpCnp) {
     count(Ctr::CnpReceived);
     ++q->ctr.cnp_received;
+    if (cfg_.dcqcn && q->type != verbs::QpType::UD) {
+      q->rp.on_cnp(now_);
+      if (!q->sq.empty()) req_ready(*q);  // paced from now on
+    }
     return;
   }
   const auto want = q->type == verbs::QpType::RC ? wire::Transport::RC
@@ -711,6 +716,9 @@ uint64_t Engine::next_timer_ns() const noexcept {
     if (q->comp.rnr_wait && q->comp.rnr_until < t) t = q->comp.rnr_until;
     if (q->comp.deadline && q->comp.deadline < t) t = q->comp.deadline;
   }
+  for (const Qp* q : live_qps_)  // a paced QP waiting for its next send time
+    if (q->in_req_ready && q->rp.limited() && q->rp.next_send_ns() > now_ && q->rp.next_send_ns() < t)
+      t = q->rp.next_send_ns();
   return t;
 }
 

@@ -123,6 +123,11 @@ struct EngineConfig {
   uint32_t pkts_per_turn = 32;        // requester packets per QP before moving on (fairness)
   bool ecn = true;                    // send ECT(0); answer CE with CNPs
   uint64_t cnp_interval_ns = 50'000;  // at most one CNP per QP per interval
+  // DCQCN reaction point per RC/UC QP (lib/transport/dcqcn.h): a CNP lowers
+  // the QP's rate and the requester paces its packets at it. Off by default
+  // until the bottleneck tests of issue 13 set the defaults.
+  bool dcqcn = false;
+  dcqcn::Params dcqcn_params;
   uint64_t timer_scan_ns = 2'000;     // how often timers are looked at
   uint32_t timer_scan_batch = 64;     // QPs looked at per scan (round robin), bounding the cost of a poll
   // Zero-copy TX: payloads of at least this many bytes from an MR with a

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "transport/dcqcn.h"
 #include "verbs/queues.h"
 #include "wire/packet.h"
 
@@ -105,6 +106,7 @@ struct QpCounters {
   uint64_t timeouts = 0;
   uint64_t rnr_naks_received = 0;
   uint64_t seq_naks_received = 0;
+  uint64_t paced = 0;  // requester turns a DCQCN send time held back
 };
 
 struct Qp : verbs::QpBase {
@@ -121,6 +123,9 @@ struct Qp : verbs::QpBase {
   uint64_t last_cnp_ns = 0;
   bool cnp_ever = false;
   QpCounters ctr;
+  // DCQCN reaction point (EngineConfig::dcqcn; RC and UC): limited only after
+  // a CNP, so an unmarked fabric never consults more than its flag.
+  dcqcn::ReactionPoint rp;
 
   void count_tx(uint32_t payload) noexcept {
     ++ctr.tx_packets;

@@ -24,6 +24,10 @@ using wire::psn_diff;
 
 namespace {
 
+// What a packet adds to its payload on the wire (Ethernet, IPv4, UDP, BTH,
+// ICRC, FCS): the DCQCN byte counter and pacer count these too.
+constexpr uint64_t kWireOverhead = 14 + 20 + 8 + 12 + 4 + 4;
+
 inline bool is_rd_atomic(WrOpcode o) noexcept {
   return o == WrOpcode::RdmaRead || o == WrOpcode::AtomicCmpSwp || o == WrOpcode::AtomicFetchAdd;
 }
@@ -156,6 +160,7 @@ bool build_packet(Engine& e, Qp& q, SendWqe& w, bool* last_of_wqe) noexcept {
   }
   q.req.pkts_since_ackreq = h.bth.ackreq ? 0 : q.req.pkts_since_ackreq + 1;
   q.count_tx(payload);
+  if (q.rp.limited()) q.rp.on_sent(e.now(), payload + kWireOverhead);
   *last_of_wqe = last;
   return true;
 }
@@ -195,6 +200,16 @@ bool requester_run(Engine& e, Qp& q, uint32_t budget) noexcept {
             psn_diff(q.req.psn, q.comp.psn) >= static_cast<int32_t>(q.req.cwnd)) {
           st = ReqSt::Stop;
           break;
+        }
+        // DCQCN: a QP slowed by CNPs waits for its next send time (it stays
+        // on the ready list; Engine::next_timer_ns reports the time).
+        if (q.rp.limited()) {
+          q.rp.advance(e.now());
+          if (e.now() < q.rp.next_send_ns()) {
+            ++q.ctr.paced;
+            st = ReqSt::Yield;
+            break;
+          }
         }
         if (w->state == WqeState::Posted) {
           if (q.state == verbs::QpState::Sqd) {  // drain: finish started WQEs only

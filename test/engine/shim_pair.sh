@@ -34,13 +34,10 @@ T=$(mktemp -d /tmp/droce-shim-pair-XXXXXX)
 pids=()
 pass=0
 fail=0
+# shellcheck source=../lib/droced_start.sh
+source "$(dirname "$0")/../lib/droced_start.sh"
 cleanup() {
-  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
-  for p in "${pids[@]}"; do
-    for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$p" 2>/dev/null
-    wait "$p" 2>/dev/null
-  done
+  droced_node_stop "${pids[@]}"
   ip netns del "$ns" 2>/dev/null || true
   rm -rf "$T"
 }
@@ -59,53 +56,15 @@ done
 ok() { pass=$((pass + 1)); echo "ok   $*"; }
 bad() { fail=$((fail + 1)); echo "FAIL $*"; }
 
-# node NAME IFACE IP MAC LCORES
+# node NAME IFACE IP MAC LCORES (test/lib/droced_start.sh).
+# scripts/afpacket-run: two af_packet processes in one namespace must not draw
+# the same PACKET_FANOUT group id (DPDK: pid ^ ifindex; see that script).
 node() {
-  local n=$1
-  cat >"$T/$n.toml" <<EOF
-[eal]
-args = ["--in-memory", "--no-pci", "--log-level=lib.eal:error", "--log-level=pmd.net.af_packet:error"]
-lcores = "$5"
-main_lcore = 0
-
-[[port]]
-name = "$2"
-device = "net_af_packet0,iface=$2${DROCE_SHIM_DEVARGS-,framecnt=16384}"
-mac = "$4"
-ipv4 = ["$3/24"]
-
-[[core]]
-lcore = 1
-queues = [{ port = "$2", rx = 0 }]
-
-[roce]
-mr_memory_mb = 16
-
-[control]
-socket = "$T/$n-ctl.sock"
-mode = "0600"
-
-[shim]
-socket = "$T/$n-verbs.sock"
-mode = "0600"
-
-[log]
-level = "info"
-EOF
-  # Not through in_ns (a function: $! would be a subshell, and TERM would not
-  # reach droced): ip netns exec execs timeout, which forwards TERM.
-  # scripts/afpacket-run: two af_packet processes in one namespace must not draw
-  # the same PACKET_FANOUT group id (DPDK: pid ^ ifindex; see that script).
-  ip netns exec "$ns" timeout -k 5 900 "$AFP_RUN" "$2" "$DROCED" --config "$T/$n.toml" >"$T/$n.log" 2>&1 &
-  pids+=($!)
-  local pid=$!
-  for _ in $(seq 150); do
-    [ -S "$T/$n-verbs.sock" ] && grep -q "running" "$T/$n.log" && return 0
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.1
-  done
-  cat "$T/$n.log"
-  return 1
+  DN_TIMEOUT=900 DN_DEVARGS=${DROCE_SHIM_DEVARGS-,framecnt=16384} DN_AFP_RUN=$AFP_RUN \
+    droced_node "$1" "$ns" "$2" "$3" "$4" "$5" "$T" "$DROCED"
+  local rc=$?
+  pids+=("$DN_PID")
+  return $rc
 }
 # Two loops on a 2-CPU machine: A's core on CPU 1, B's on CPU 0.
 if node a va 10.40.0.1 02:00:0a:28:00:01 "0@0,1@1" && node b vb 10.40.0.2 02:00:0a:28:00:02 "0@1,1@0"; then

@@ -20,6 +20,7 @@
 #include "dpdk/port.h"
 #include "engine/dataplane.h"
 #include "engine/embed.h"
+#include "embedded_pair.h"
 
 using namespace droce;
 using engine::CoreLoop;
@@ -588,36 +589,16 @@ TEST_CASE("dataplane: QPN 1 (GSI) lives on the port's home core; frames for it r
 }
 
 TEST_CASE("embedded: the port's RDMA CM (Embedded::cm) connects two nodes and the negotiated QPs carry data") {
-  dpdk::RingPair rings("dpcm", 1);
-  dpdk::Port pa(dpdk::PortConfig{.port_id = rings.port_a(), .mbufs = 4095});
-  dpdk::Port pb(dpdk::PortConfig{.port_id = rings.port_b(), .mbufs = 4095});
-  auto opts = [](dpdk::Port& p, const char* ip) {
-    engine::EmbedOptions o;
-    o.port = &p;
-    o.init_eal = false;
-    o.ipv4 = {ip};
-    o.engine.max_qps = 64;
-    o.engine.max_mrs = 64;
-    return o;
-  };
-  engine::Embedded a(opts(pa, "10.63.0.1")), b(opts(pb, "10.63.0.2"));
+  testing::EmbeddedPair nodes("dpcm", "10.63.0.1", "10.63.0.2");
+  engine::Embedded &a = nodes.a, &b = nodes.b;
   std::vector<cm::Event> ea, eb;
   a.set_cm_sink([&](const cm::Event& e) { ea.push_back(e); });
   b.set_cm_sink([&](const cm::Event& e) { eb.push_back(e); });
-  auto take = [](std::vector<cm::Event>& v, cm::EventType t, cm::Event* out) {
-    for (size_t i = 0; i < v.size(); ++i)
-      if (v[i].type == t) {
-        if (out) *out = v[i];
-        v.erase(v.begin() + static_cast<long>(i));
-        return true;
-      }
-    return false;
-  };
   // Polls both nodes until the event arrives (bounded in polls and in time).
   auto wait = [&](std::vector<cm::Event>& v, cm::EventType t, cm::Event* out) {
     const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     for (int it = 0; it < 20'000'000 && std::chrono::steady_clock::now() < give_up; ++it) {
-      if (take(v, t, out)) return true;
+      if (testing::take_event(v, t, out)) return true;
       a.poll();
       b.poll();
     }

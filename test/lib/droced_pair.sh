@@ -22,49 +22,14 @@ DP_K=
 DP_A=
 DP_B=
 
+# shellcheck source=droced_start.sh
+source "$(dirname "${BASH_SOURCE[0]}")/droced_start.sh"
+
 _dp_node() {  # _dp_node NAME NS IFACE IP MAC LCORES DIR DROCED
-  local n=$1 dir=$7
-  cat >"$dir/$n.toml" <<EOF
-[eal]
-args = ["--in-memory", "--no-pci", "--log-level=lib.eal:error", "--log-level=pmd.net.af_packet:error"]
-lcores = "$6"
-main_lcore = 0
-
-[[port]]
-name = "$3"
-device = "net_af_packet0,iface=$3,framecnt=4096"
-mac = "$5"
-ipv4 = ["$4/24"]
-
-[[core]]
-lcore = 1
-queues = [{ port = "$3", rx = 0 }]
-
-[roce]
-mr_memory_mb = 16
-
-[control]
-socket = "$dir/$n-ctl.sock"
-mode = "0600"
-
-[shim]
-socket = "$dir/$n-verbs.sock"
-mode = "0600"
-
-[log]
-level = "info"
-EOF
-  # Not through a function: $! must be timeout, which forwards TERM to droced.
-  ip netns exec "$2" timeout -k 5 "${DROCED_PAIR_TIMEOUT:-600}" "$8" --config "$dir/$n.toml" >"$dir/$n.log" 2>&1 &
-  DP_PIDS+=($!)
-  local pid=$!
-  for _ in $(seq 150); do
-    [ -S "$dir/$n-verbs.sock" ] && grep -q "running" "$dir/$n.log" && return 0
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.1
-  done
-  cat "$dir/$n.log"
-  return 1
+  DN_TIMEOUT=${DROCED_PAIR_TIMEOUT:-600} DN_DEVARGS=,framecnt=4096 droced_node "$@"
+  local rc=$?
+  DP_PIDS+=("$DN_PID")
+  return $rc
 }
 
 droced_pair_up() {  # droced_pair_up TAG NET DIR DROCED
@@ -107,13 +72,8 @@ droced_pair_node_pid() {  # the droced child of node $1's timeout
 }
 
 droced_pair_down() {
-  local p n
-  for p in "${DP_PIDS[@]}"; do kill -TERM "$p" 2>/dev/null; done
-  for p in "${DP_PIDS[@]}"; do
-    for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$p" 2>/dev/null
-    wait "$p" 2>/dev/null
-  done
+  local n
+  droced_node_stop "${DP_PIDS[@]}"
   DP_PIDS=()
   for n in "$DP_K" "$DP_A" "$DP_B"; do [ -n "$n" ] && ip netns del "$n" 2>/dev/null; done
   return 0

@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "fake_host.h"
 #include "nvmf/io_ring.h"
 #include "nvmf/le.h"
 #include "nvmf/queue.h"
@@ -59,47 +60,21 @@ struct AlignedMem {
   std::span<uint8_t> span() { return {p, n}; }
 };
 
-// The host: memory regions by rkey (address = key << 32), the responses by cid.
-struct Host {
-  std::map<uint32_t, std::vector<uint8_t>> mem;
+// The host (fake_host.h): its memory, the responses by cid and the cids in
+// the order their responses came.
+struct Host : testing::HostMemory {
   std::map<uint16_t, Cqe> done;
-  std::vector<uint16_t> order;  // cids in the order their responses came
-  uint16_t next_cid = 0;
+  std::vector<uint16_t> order;
 
-  uint32_t region(std::vector<uint8_t> bytes) {
-    uint32_t key = static_cast<uint32_t>(mem.size() + 1) * 0x100 + 0x22;
-    mem[key] = std::move(bytes);
-    return key;
-  }
-  uint8_t* at(uint64_t addr, uint32_t key, uint32_t len) {
-    auto& m = mem.at(key);
-    uint64_t off = addr - (uint64_t{key} << 32);
-    REQUIRE(off + len <= m.size());
-    return m.data() + off;
-  }
   // Carries out every action q has now.
   void pump(Queue& q) {
     std::array<Action, 16> a;
     for (size_t n; (n = q.take_actions(a)) > 0;)
-      for (size_t i = 0; i < n; ++i) {
-        switch (a[i].kind) {
-          case Action::RdmaRead:
-            std::memcpy(a[i].local, at(a[i].remote_addr, a[i].rkey, a[i].len), a[i].len);
-            q.on_complete(a[i].slot, Action::RdmaRead, true, 0);
-            break;
-          case Action::RdmaWrite:
-            std::memcpy(at(a[i].remote_addr, a[i].rkey, a[i].len), a[i].local, a[i].len);
-            break;
-          case Action::Send: {
-            Cqe c;
-            decode_cqe(std::span<const uint8_t, 16>(a[i].local, 16), c);
-            done[c.cid] = c;
-            order.push_back(c.cid);
-            q.on_complete(a[i].slot, Action::Send, true, 0);
-            break;
-          }
+      for (size_t i = 0; i < n; ++i)
+        if (auto c = carry_out(q, a[i], 0)) {
+          done[c->cid] = *c;
+          order.push_back(c->cid);
         }
-      }
   }
   // The poll loop: ring and queue until cid is answered (bounded).
   Cqe wait(Queue& q, IoRing* ring, uint16_t cid) {
@@ -110,24 +85,6 @@ struct Host {
       pump(q);
     }
     return done[cid];
-  }
-  std::vector<uint8_t> capsule(Sqe s, std::span<const uint8_t> icd = {}) {
-    s.flags = 0x40;
-    std::vector<uint8_t> b(64 + icd.size());
-    encode_sqe(std::span<uint8_t, 64>(b.data(), 64), s);
-    if (!icd.empty()) std::memcpy(b.data() + 64, icd.data(), icd.size());
-    return b;
-  }
-  Sqe cmd(uint8_t op, uint32_t nsid = 0) {
-    Sqe s;
-    s.opcode = op;
-    s.cid = ++next_cid;
-    s.nsid = nsid;
-    encode_sgl(s.dptr, Sgl{SglKind::Keyed, 0, 0, 0});
-    return s;
-  }
-  static void keyed(Sqe& s, uint32_t key, uint32_t len) {
-    encode_sgl(s.dptr, Sgl{SglKind::Keyed, uint64_t{key} << 32, len, key});
   }
   static void rw(Sqe& s, uint64_t slba, uint32_t nlb) {
     s.cdw10 = static_cast<uint32_t>(slba);

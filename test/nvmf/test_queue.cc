@@ -11,6 +11,7 @@
 #include <random>
 #include <vector>
 
+#include "fake_host.h"
 #include "nvmf/le.h"
 #include "nvmf/queue.h"
 
@@ -20,25 +21,13 @@ namespace {
 constexpr const char* kSub = "nqn.2026-12.org.droce:ram0";
 constexpr const char* kHost = "nqn.2014-08.org.nvmexpress:uuid:1b4e28ba-2fa1-11d2-883f-0016d3cca427";
 
-// Host memory: one region per rkey at address base = key << 32.
-struct FakeHost {
-  std::map<uint32_t, std::vector<uint8_t>> mem;
+// The host (fake_host.h): its memory, the CQEs it received, the keys the
+// target invalidated, and every action in the order the queue asked for it.
+struct FakeHost : testing::HostMemory {
   std::vector<Cqe> cqes;
   std::vector<uint32_t> invalidated;
   std::vector<Action::Kind> order;
-  uint16_t cid = 0;
 
-  uint32_t region(std::vector<uint8_t> bytes) {
-    uint32_t key = static_cast<uint32_t>(mem.size() + 1) * 0x100 + 0x11;
-    mem[key] = std::move(bytes);
-    return key;
-  }
-  uint8_t* at(uint64_t addr, uint32_t key, uint32_t len) {
-    auto& m = mem.at(key);
-    uint64_t off = addr - (uint64_t{key} << 32);
-    REQUIRE(off + len <= m.size());
-    return m.data() + off;
-  }
   // Runs every action of q, completing READs and SENDs.
   void run(Queue& q, uint64_t now = 0) {
     for (int round = 0; round < 16; ++round) {
@@ -47,45 +36,13 @@ struct FakeHost {
       if (!n) return;
       for (size_t i = 0; i < n; ++i) {
         order.push_back(a[i].kind);
-        switch (a[i].kind) {
-          case Action::RdmaRead:
-            std::memcpy(a[i].local, at(a[i].remote_addr, a[i].rkey, a[i].len), a[i].len);
-            q.on_complete(a[i].slot, Action::RdmaRead, true, now);
-            break;
-          case Action::RdmaWrite:
-            std::memcpy(at(a[i].remote_addr, a[i].rkey, a[i].len), a[i].local, a[i].len);
-            break;
-          case Action::Send: {
-            REQUIRE(a[i].len == 16);
-            Cqe c;
-            decode_cqe(std::span<const uint8_t, 16>(a[i].local, 16), c);
-            cqes.push_back(c);
-            if (a[i].invalidate) invalidated.push_back(a[i].rkey);
-            q.on_complete(a[i].slot, Action::Send, true, now);
-            break;
-          }
+        if (auto c = carry_out(q, a[i], now)) {
+          cqes.push_back(*c);
+          if (a[i].invalidate) invalidated.push_back(a[i].rkey);
         }
       }
     }
     FAIL("actions did not settle");
-  }
-  std::vector<uint8_t> capsule(Sqe s, std::span<const uint8_t> icd = {}) {
-    s.flags = 0x40;
-    std::vector<uint8_t> b(64 + icd.size());
-    encode_sqe(std::span<uint8_t, 64>(b.data(), 64), s);
-    if (!icd.empty()) std::memcpy(b.data() + 64, icd.data(), icd.size());
-    return b;
-  }
-  Sqe cmd(uint8_t op, uint32_t nsid = 0) {
-    Sqe s;
-    s.opcode = op;
-    s.cid = ++cid;
-    s.nsid = nsid;
-    encode_sgl(s.dptr, Sgl{SglKind::Keyed, 0, 0, 0});  // no data: a null keyed SGL, as Linux sends
-    return s;
-  }
-  static void keyed(Sqe& s, uint32_t key, uint32_t len, bool inv = false) {
-    encode_sgl(s.dptr, Sgl{inv ? SglKind::KeyedInvalidate : SglKind::Keyed, uint64_t{key} << 32, len, key});
   }
   std::array<uint8_t, 1024> connect_data(uint16_t cntlid) {
     ConnectData d;

@@ -44,3 +44,26 @@ TEST_CASE("shim address vector: RoCEv2 hop limit is the route's, as on Linux", "
   b.grh.sgid_index = 2;
   CHECK(shim::ah_from_verbs(b, 2, 0, ah) == -EINVAL);
 }
+
+// ibv_query_port's active_width x active_speed from the DPDK link speed, as Linux maps a
+// RoCE netdev's (ib_get_eth_speed): ibv_devinfo shows the link's real bandwidth.
+TEST_CASE("shim port rate: the Ethernet link speed as IB width and speed", "[shim][port]") {
+  // ibv_port_attr's encodings (IBTA PortInfo): widths 1X = 1, 4X = 2; speeds SDR 1,
+  // DDR 2, FDR10 8, EDR 32, HDR 64, NDR 128.
+  constexpr uint8_t IBV_WIDTH_1X = 1, IBV_WIDTH_4X = 2;
+  constexpr uint8_t IBV_SPEED_SDR = 1, IBV_SPEED_DDR = 2, IBV_SPEED_FDR10 = 8, IBV_SPEED_EDR = 32,
+                    IBV_SPEED_HDR = 64, IBV_SPEED_NDR = 128;
+  struct Case {
+    uint32_t mbps;
+    uint8_t width, speed;
+  };
+  for (const Case c : {Case{0, IBV_WIDTH_1X, IBV_SPEED_SDR}, Case{1000, IBV_WIDTH_1X, IBV_SPEED_SDR},
+                       Case{10000, IBV_WIDTH_1X, IBV_SPEED_FDR10}, Case{20000, IBV_WIDTH_4X, IBV_SPEED_DDR},
+                       Case{25000, IBV_WIDTH_1X, IBV_SPEED_EDR}, Case{40000, IBV_WIDTH_4X, IBV_SPEED_FDR10},
+                       Case{50000, IBV_WIDTH_4X, IBV_SPEED_EDR}, Case{100000, IBV_WIDTH_4X, IBV_SPEED_EDR},
+                       Case{200000, IBV_WIDTH_4X, IBV_SPEED_HDR}, Case{400000, IBV_WIDTH_4X, IBV_SPEED_NDR}}) {
+    const shim::IbLinkRate r = shim::ib_rate_for_eth(c.mbps);
+    CHECK(r.width == c.width);
+    CHECK(r.speed == c.speed);
+  }
+}

@@ -11,8 +11,10 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <thread>
+#include <vector>
 
 #include "loopback_backend.h"
 #include "shim/server.h"
@@ -251,4 +253,77 @@ TEST_CASE("front: completion channel events through ibv_get_cq_event", "[shim][f
   CHECK(ibv_destroy_cq(cq) == 0);
   CHECK(ibv_destroy_cq(quiet) == 0);
   CHECK(ibv_destroy_comp_channel(ch) == 0);
+}
+
+// What rdma-core's pyverbs suite (tests/test_cq.py, test_device.py, test_fork.py,
+// test_relaxed_ordering.py) checks of a device's attributes and argument checks.
+TEST_CASE("front: device attributes and argument checks as rdma-core's suite expects them", "[shim][front]") {
+  Env e;
+  ibv_device_attr a{};
+  REQUIRE(ibv_query_device(e.ctx, &a) == 0);
+  // CQs: more CQEs than max_cqe, or a completion vector the context does not have.
+  REQUIRE(e.ctx->num_comp_vectors == 1);
+  errno = 0;
+  CHECK(ibv_create_cq(e.ctx, a.max_cqe + 1, nullptr, nullptr, 0) == nullptr);
+  CHECK(errno == EINVAL);
+  errno = 0;
+  CHECK(ibv_create_cq(e.ctx, 16, nullptr, nullptr, e.ctx->num_comp_vectors) == nullptr);
+  CHECK(errno == EINVAL);
+  errno = 0;
+  CHECK(ibv_create_cq(e.ctx, 16, nullptr, nullptr, -1) == nullptr);
+  CHECK(errno == EINVAL);
+  ibv_cq* cq = ibv_create_cq(e.ctx, a.max_cqe, nullptr, nullptr, e.ctx->num_comp_vectors - 1);
+  REQUIRE(cq != nullptr);
+  CHECK(ibv_destroy_cq(cq) == 0);
+  // ibv_query_device_ex: the same base attributes, phys_port_cnt_ex = phys_port_cnt.
+  ibv_device_attr_ex x{};
+  REQUIRE(ibv_query_device_ex(e.ctx, nullptr, &x) == 0);
+  CHECK(x.orig_attr.phys_port_cnt == 1);
+  CHECK(x.phys_port_cnt_ex == x.orig_attr.phys_port_cnt);
+  CHECK(x.orig_attr.max_cqe == a.max_cqe);
+  CHECK(x.orig_attr.device_cap_flags == a.device_cap_flags);
+  CHECK(x.device_cap_flags_ex == a.device_cap_flags);
+  CHECK(x.odp_caps.general_caps == 0);
+  CHECK(x.completion_timestamp_mask == 0);
+  ibv_query_device_ex_input in{1};
+  CHECK(ibv_query_device_ex(e.ctx, &in, &x) == EINVAL);
+  // The GID table: gid_tbl_len slots, the unpopulated ones empty (ENODATA
+  // from ibv_query_gid_ex, a zero GID from ibv_query_gid), none past its end.
+  ibv_port_attr p{};
+  REQUIRE(ibv_query_port(e.ctx, 1, &p) == 0);
+  CHECK(p.gid_tbl_len == 16);
+  ibv_gid_entry tbl[16]{};
+  ssize_t n = ibv_query_gid_table(e.ctx, tbl, 16, 0);
+  REQUIRE(n == 2);  // the loopback double's two GIDs
+  REQUIRE(n < p.gid_tbl_len);
+  ibv_gid_entry ge{};
+  CHECK(ibv_query_gid_ex(e.ctx, 1, 1, &ge, 0) == 0);
+  CHECK(ge.gid_index == 1);
+  CHECK(ibv_query_gid_ex(e.ctx, 1, static_cast<uint32_t>(n), &ge, 0) == ENODATA);
+  CHECK(ibv_query_gid_ex(e.ctx, 1, static_cast<uint32_t>(p.gid_tbl_len - 1), &ge, 0) == ENODATA);
+  ibv_gid g{};
+  std::memset(&g, 0xab, sizeof(g));
+  CHECK(ibv_query_gid(e.ctx, 1, p.gid_tbl_len - 1, &g) == 0);
+  CHECK(g.global.subnet_prefix == 0);
+  CHECK(g.global.interface_id == 0);
+  CHECK(ibv_query_gid(e.ctx, 1, p.gid_tbl_len, &g) == -1);
+  // No fork protection is needed: the daemon, not the kernel, owns the pinned pages.
+  CHECK(ibv_is_fork_initialized() == IBV_FORK_UNNEEDED);
+  // RDMA READ / atomic depths past max_qp_rd_atom / max_qp_init_rd_atom are refused.
+  cq = ibv_create_cq(e.ctx, 16, nullptr, nullptr, 0);
+  REQUIRE(cq != nullptr);
+  ibv_qp* qp = e.qp(cq, IBV_QPT_RC);
+  REQUIRE(qp != nullptr);
+  ibv_qp_attr qa{};
+  qa.max_dest_rd_atomic = static_cast<uint8_t>(a.max_qp_rd_atom + 1);
+  CHECK(ibv_modify_qp(qp, &qa, IBV_QP_MAX_DEST_RD_ATOMIC) == EINVAL);
+  qa.max_rd_atomic = static_cast<uint8_t>(a.max_qp_init_rd_atom + 1);
+  CHECK(ibv_modify_qp(qp, &qa, IBV_QP_MAX_QP_RD_ATOMIC) == EINVAL);
+  CHECK(ibv_destroy_qp(qp) == 0);
+  CHECK(ibv_destroy_cq(cq) == 0);
+  // IBV_ACCESS_RELAXED_ORDERING is accepted (an ordering hint).
+  std::vector<char> buf(4096);
+  ibv_mr* mr = ibv_reg_mr(e.pd, buf.data(), buf.size(), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_RELAXED_ORDERING);
+  REQUIRE(mr != nullptr);
+  CHECK(ibv_dereg_mr(mr) == 0);
 }

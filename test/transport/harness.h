@@ -187,6 +187,19 @@ class World {
   void settle() {
     run([] { return false; }, 200000, 2'000'000'000ull);
   }
+  // Runs until cq of node n has given at least count completions (or run()
+  // gives up, max_iters as run's); returns all it gave, in order.
+  std::vector<Wc> wait_wcs(Node& n, Cq* cq, size_t count, uint64_t max_iters = 2'000'000) {
+    std::vector<Wc> got;
+    run(
+        [&] {
+          auto x = n.drain(cq);
+          got.insert(got.end(), x.begin(), x.end());
+          return got.size() >= count;
+        },
+        max_iters);
+    return got;
+  }
 
   memlink::VirtualClock clock;
   memlink::Link link;
@@ -220,6 +233,17 @@ inline bool mr_invalidated(Node& n, const Node::Buf& b) {
 }
 inline bool mr_valid(Node& n, const Node::Buf& b) {
   return n.eng->mrs().lookup(b.key, n.pd.handle, b.addr(), b.mem.size(), kAccessAll, nullptr) != nullptr;
+}
+
+// Runs the world until `count` completions arrived on cq (bounded by World::run).
+inline std::vector<Wc> wait_wcs(World& w, Node& n, Cq* cq, size_t count) {
+  std::vector<Wc> got;
+  w.run([&] {
+    auto x = n.drain(cq);
+    got.insert(got.end(), x.begin(), x.end());
+    return got.size() >= count;
+  });
+  return got;
 }
 
 inline void fill_random(std::vector<uint8_t>& v, uint64_t seed) {

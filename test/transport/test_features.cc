@@ -10,18 +10,6 @@
 using namespace droce;
 using namespace droce::test;
 
-namespace {
-std::vector<Wc> wait_wcs(World& w, Node& n, Cq* cq, size_t count) {
-  std::vector<Wc> got;
-  w.run([&] {
-    auto x = n.drain(cq);
-    got.insert(got.end(), x.begin(), x.end());
-    return got.size() >= count;
-  });
-  return got;
-}
-}  // namespace
-
 TEST_CASE("features: SRQ shared by two QPs", "[features]") {
   World w(3);
   Node& A = *w.node[0];
@@ -41,7 +29,7 @@ TEST_CASE("features: SRQ shared by two QPs", "[features]") {
     REQUIRE(A.eng->post_send(a1, make_wr(i, WrOpcode::Send, src, i, 100)) == 0);
     REQUIRE(A.eng->post_send(a2, make_wr(10 + i, WrOpcode::Send, src, 10 + i, 50)) == 0);
   }
-  auto r = wait_wcs(w, B, B.rcq, 8);
+  auto r = w.wait_wcs(B, B.rcq, 8);
   REQUIRE(r.size() == 8);
   std::set<uint64_t> ids;
   for (auto& wc : r) {
@@ -70,7 +58,7 @@ TEST_CASE("features: max_rd_atomic limits outstanding READs", "[features]") {
     wr.rdma = {remote.addr() + i * 4096, remote.key};
     REQUIRE(A.eng->post_send(qa, wr) == 0);
   }
-  auto c = wait_wcs(w, A, A.scq, 8);
+  auto c = w.wait_wcs(A, A.scq, 8);
   REQUIRE(c.size() == 8);
   int out = 0, max_out = 0;
   for (auto& s : parsed(w.link)) {
@@ -97,7 +85,7 @@ TEST_CASE("features: fence waits for earlier READs", "[features]") {
   wr.send_flags |= kSendFence;
   REQUIRE(A.eng->post_send(qa, rd) == 0);
   REQUIRE(A.eng->post_send(qa, wr) == 0);
-  REQUIRE(wait_wcs(w, A, A.scq, 2).size() == 2);
+  REQUIRE(w.wait_wcs(A, A.scq, 2).size() == 2);
   int last_resp = -1, write_at = -1, i = 0;
   for (auto& s : parsed(w.link)) {
     if (s.v.h.bth.opcode == wire::op::RC_READ_RESPONSE_LAST) last_resp = i;
@@ -127,7 +115,7 @@ TEST_CASE("features: SQD holds new WQEs and RTS resumes", "[features]") {
   CHECK(A.eng->counter(Ctr::ReqPackets) == 0);
   a.qp_state = QpState::Rts;
   REQUIRE(A.eng->modify_qp(qa, a, kQpState) == 0);
-  auto c = wait_wcs(w, A, A.scq, 1);
+  auto c = w.wait_wcs(A, A.scq, 1);
   REQUIRE(c.size() == 1);
   CHECK(c[0].status == WcStatus::Success);
   (void)qb;
@@ -146,7 +134,7 @@ TEST_CASE("features: ECN marks make CNPs end to end counted on both sides", "[fe
   SendWr wr = make_wr(1, WrOpcode::RdmaWrite, src, 0, 1 << 20);
   wr.rdma = {dst.addr(), dst.key};
   REQUIRE(A.eng->post_send(qa, wr) == 0);
-  REQUIRE(wait_wcs(w, A, A.scq, 1).size() == 1);
+  REQUIRE(w.wait_wcs(A, A.scq, 1).size() == 1);
   w.settle();
   const uint64_t ce = B.eng->counter(Ctr::CeReceived);
   const uint64_t sent = B.eng->counter(Ctr::CnpSent);
@@ -188,7 +176,7 @@ TEST_CASE("features: UD to several nodes", "[features][ud]") {
     REQUIRE(A.eng->post_send(ua, wr) == 0);
   }
   for (int n = 1; n <= 2; ++n) {
-    auto c = wait_wcs(w, *w.node[n], w.node[n]->rcq, 1);
+    auto c = w.wait_wcs(*w.node[n], w.node[n]->rcq, 1);
     REQUIRE(c.size() == 1);
     CHECK(c[0].imm_data == uint32_t(0x1000 + n - 1));
     CHECK(c[0].src_qp == ua);
@@ -200,14 +188,14 @@ TEST_CASE("features: UD to several nodes", "[features][ud]") {
   SendWr big = make_wr(9, WrOpcode::Send, src, 0, 2000);
   big.ud = {&ahs[0], uq[0], o.qkey};
   REQUIRE(A.eng->post_send(ua, big) == 0);
-  auto c = wait_wcs(w, A, A.scq, 3);
+  auto c = w.wait_wcs(A, A.scq, 3);
   REQUIRE(c.size() == 3);
   CHECK(c[2].status == WcStatus::LocLenErr);
   CHECK(A.eng->qp(ua)->state == QpState::Sqe);
   SendWr more = make_wr(10, WrOpcode::Send, src, 0, 10);
   more.ud = {&ahs[0], uq[0], o.qkey};
   REQUIRE(A.eng->post_send(ua, more) == 0);  // flushed at once in SQE
-  c = wait_wcs(w, A, A.scq, 1);
+  c = w.wait_wcs(A, A.scq, 1);
   REQUIRE(c.size() == 1);
   CHECK(c[0].status == WcStatus::WrFlushErr);
   // The receive side still works in SQE.
@@ -217,7 +205,7 @@ TEST_CASE("features: UD to several nodes", "[features][ud]") {
   SendWr reply = make_wr(12, WrOpcode::Send, *w.node[1]->bufs.front(), 0, 30);
   reply.ud = {&back, ua, o.qkey};
   REQUIRE(w.node[1]->eng->post_send(uq[0], reply) == 0);
-  auto rr = wait_wcs(w, A, A.rcq, 1);
+  auto rr = w.wait_wcs(A, A.rcq, 1);
   REQUIRE(rr.size() == 1);
   CHECK(rr[0].status == WcStatus::Success);
   CHECK(rr[0].byte_len == 70);
@@ -229,7 +217,7 @@ TEST_CASE("features: UD to several nodes", "[features][ud]") {
   again.ud = {&ahs[0], uq[0], o.qkey};
   REQUIRE(w.node[1]->eng->post_recv(uq[0], make_recv(14, *rbs[0], 2048, 2048)) == 0);
   REQUIRE(A.eng->post_send(ua, again) == 0);
-  c = wait_wcs(w, A, A.scq, 1);
+  c = w.wait_wcs(A, A.scq, 1);
   REQUIRE(c.size() == 1);
   CHECK(c[0].status == WcStatus::Success);
 }
@@ -250,7 +238,7 @@ TEST_CASE("features: unsignaled WRs and inline data", "[features]") {
   }
   const std::vector<uint8_t> orig(src.mem.begin(), src.mem.begin() + 400);
   std::fill(src.mem.begin(), src.mem.begin() + 400, 0);  // inline data was copied at post time
-  auto c = wait_wcs(w, A, A.scq, 1);
+  auto c = w.wait_wcs(A, A.scq, 1);
   w.settle();
   c = A.drain(A.scq);
   CHECK(c.empty());
@@ -280,7 +268,7 @@ TEST_CASE("features: QP reset and reuse and destroy", "[features]") {
     wr.rdma = {dst.addr(), dst.key};
     REQUIRE(A.eng->post_send(qa, wr) == 0);
   }
-  auto c = wait_wcs(w, A, A.scq, 3);
+  auto c = w.wait_wcs(A, A.scq, 3);
   REQUIRE(c.size() == 3);
   for (auto& x : c) CHECK(x.status == WcStatus::Success);
   QpAttr q;
@@ -322,7 +310,7 @@ TEST_CASE("features: scatter/gather lists on both sides", "[features]") {
   sw.sg_list[1] = {s2.addr(), 1000, s2.key};
   sw.sg_list[2] = {s3.addr(), 7, s3.key};
   REQUIRE(A.eng->post_send(qa, sw) == 0);
-  auto c = wait_wcs(w, B, B.rcq, 1);
+  auto c = w.wait_wcs(B, B.rcq, 1);
   REQUIRE(c.size() == 1);
   CHECK(c[0].byte_len == 1107);
   std::vector<uint8_t> sent, got;
@@ -345,7 +333,7 @@ TEST_CASE("features: local protection error on a bad lkey", "[features]") {
   REQUIRE(A.eng->post_send(qa, ok) == 0);
   REQUIRE(A.eng->post_send(qa, bad) == 0);
   REQUIRE(A.eng->post_send(qa, after) == 0);
-  auto c = wait_wcs(w, A, A.scq, 3);
+  auto c = w.wait_wcs(A, A.scq, 3);
   REQUIRE(c.size() == 3);
   CHECK(c[0].status == WcStatus::Success);
   CHECK(c[1].status == WcStatus::LocProtErr);
@@ -375,7 +363,7 @@ TEST_CASE("features: 300 QPs under loss with timers round robin", "[features]") 
     wr.rdma = {dst.addr() + i * 2048, dst.key};
     REQUIRE(A.eng->post_send(qps[i].first, wr) == 0);
   }
-  auto c = wait_wcs(w, A, A.scq, 300);
+  auto c = w.wait_wcs(A, A.scq, 300);
   REQUIRE(c.size() == 300);
   for (auto& x : c) CHECK(x.status == WcStatus::Success);
   for (int i = 0; i < 300; ++i) REQUIRE(std::memcmp(dst.mem.data() + i * 2048, src.mem.data() + i * 16, 2048) == 0);
@@ -506,7 +494,7 @@ TEST_CASE("features: IPv6 GIDs and VLAN tags with ECN and UD GRH", "[features]")
   SendWr wr = make_wr(1, WrOpcode::RdmaWrite, src, 0, 20000);
   wr.rdma = {dst.addr(), dst.key};
   REQUIRE(A.eng->post_send(qa, wr) == 0);
-  auto c = wait_wcs(w, A, A.scq, 1);
+  auto c = w.wait_wcs(A, A.scq, 1);
   REQUIRE(c.size() == 1);
   CHECK(c[0].status == WcStatus::Success);
   CHECK(std::memcmp(src.mem.data(), dst.mem.data(), 20000) == 0);
@@ -533,7 +521,7 @@ TEST_CASE("features: IPv6 GIDs and VLAN tags with ECN and UD GRH", "[features]")
   SendWr u = make_wr(2, WrOpcode::Send, src, 0, 100);
   u.ud = {&ah, ub, o.qkey};
   REQUIRE(A.eng->post_send(ua, u) == 0);
-  auto r = wait_wcs(w, B, B.rcq, 1);
+  auto r = w.wait_wcs(B, B.rcq, 1);
   REQUIRE(r.size() == 1);
   CHECK(r[0].byte_len == 140);
   CHECK((rb.mem[0] >> 4) == 6);                                           // IPv6 version

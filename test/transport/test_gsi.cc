@@ -53,12 +53,8 @@ TEST_CASE("gsi: a MAD-sized UD SEND between two QP1s arrives with its GRH and so
     wr.ud = {ah, kGsiQpn, kGsiQkey};
     w.link.record(true);
     REQUIRE(A.eng->post_send(kGsiQpn, wr) == 0);
-    std::vector<Wc> rwc;
-    REQUIRE(w.run([&] {
-      auto got = B.drain(B.rcq);
-      rwc.insert(rwc.end(), got.begin(), got.end());
-      return !rwc.empty();
-    }));
+    const std::vector<Wc> rwc = w.wait_wcs(B, B.rcq, 1);
+    REQUIRE(!rwc.empty());
     REQUIRE(rwc.size() == 1);
     CHECK(rwc[0].status == WcStatus::Success);
     CHECK(rwc[0].wr_id == 9);

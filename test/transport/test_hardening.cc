@@ -273,12 +273,8 @@ TEST_CASE("hardening: a source MR deregistered during a send ends the WR with LO
   REQUIRE(sent_before < 256);
   REQUIRE(A.eng->dereg_mr(src.key) == 0);
   DROCE_POISON(src.mem.data(), src.mem.size());
-  std::vector<Wc> wcs;
-  REQUIRE(w.run([&] {
-    auto c = A.drain(A.scq);
-    wcs.insert(wcs.end(), c.begin(), c.end());
-    return !wcs.empty();
-  }));
+  const std::vector<Wc> wcs = w.wait_wcs(A, A.scq, 1);
+  REQUIRE(!wcs.empty());
   w.settle();
   DROCE_UNPOISON(src.mem.data(), src.mem.size());
   REQUIRE(wcs.size() == 1);

@@ -75,6 +75,30 @@ bool same(const Resp& a, const Resp& b) {
 // Replays every session of a capture; returns how many were compared. With
 // lossy_egress, the capture misses responses the responder's netem dropped, so
 // rxe's responses must appear in droce's, in order, with extra ones allowed.
+// Creates an RC QP on the DUT with the queues of cap and moves it through INIT
+// to RTR towards the capture's peer: node 1's MAC and GID, QPN qpn, path MTU
+// mtu. attr: the caller's remote access, first expected PSN and
+// max_dest_rd_atomic. Returns its QPN.
+uint32_t rc_qp_rtr(Node& dut, const QpCap& cap, QpAttr attr, Mtu mtu, uint32_t qpn) {
+  QpInitAttr init;
+  init.pd = dut.pd.handle;
+  init.send_cq = dut.scq;
+  init.recv_cq = dut.rcq;
+  init.cap = cap;
+  uint32_t dq = 0;
+  REQUIRE(dut.eng->create_qp(init, &dq) == 0);
+  attr.qp_state = QpState::Init;
+  REQUIRE(dut.eng->modify_qp(dq, attr, kQpState | kQpPkeyIndex | kQpPort | kQpAccessFlags) == 0);
+  attr.qp_state = QpState::Rtr;
+  attr.path_mtu = mtu;
+  attr.dest_qp_num = qpn;
+  attr.ah_attr.dmac = mac_of(1);
+  attr.ah_attr.dgid = gid_of(1);
+  REQUIRE(dut.eng->modify_qp(dq, attr, kQpState | kQpAv | kQpPathMtu | kQpDestQpn | kQpRqPsn | kQpMaxDestRdAtomic |
+                                             kQpMinRnrTimer) == 0);
+  return dq;
+}
+
 Outcome replay(const std::string& name, Mtu mtu, bool lossy_egress = false) {
   const auto pkts = load(name);
   REQUIRE(!pkts.empty());
@@ -109,26 +133,13 @@ Outcome replay(const std::string& name, Mtu mtu, bool lossy_egress = false) {
       EngineConfig cfg;
       Node dut(0, link, clock, cfg);
       memlink::Port& peer = link.add_port(mac_of(1));
-      QpInitAttr init;
-      init.pd = dut.pd.handle;
-      init.send_cq = dut.scq;
-      init.recv_cq = dut.rcq;
-      init.cap.max_recv_wr = 1024;
-      uint32_t dq = 0;
-      REQUIRE(dut.eng->create_qp(init, &dq) == 0);
+      QpCap cap;
+      cap.max_recv_wr = 1024;
       QpAttr a;
-      a.qp_state = QpState::Init;
       a.qp_access_flags = kAccessRemoteWrite | kAccessRemoteRead | kAccessRemoteAtomic;
-      REQUIRE(dut.eng->modify_qp(dq, a, kQpState | kQpPkeyIndex | kQpPort | kQpAccessFlags) == 0);
-      a.qp_state = QpState::Rtr;
-      a.path_mtu = mtu;
-      a.dest_qp_num = qpn;
       a.rq_psn = req.front()->v.h.bth.psn;
       a.max_dest_rd_atomic = 16;
-      a.ah_attr.dmac = mac_of(1);
-      a.ah_attr.dgid = gid_of(1);
-      REQUIRE(dut.eng->modify_qp(dq, a, kQpState | kQpAv | kQpPathMtu | kQpDestQpn | kQpRqPsn | kQpMaxDestRdAtomic |
-                                              kQpMinRnrTimer) == 0);
+      const uint32_t dq = rc_qp_rtr(dut, cap, a, mtu, qpn);
       // One MR per capture rkey, covering the addresses used with it.
       struct Span {
         uint64_t lo = UINT64_MAX, hi = 0;
@@ -275,23 +286,10 @@ int replay_requester(const std::string& name, Mtu mtu) {
       memlink::Link link(clock, 1, 1024, 9200);
       Node dut(0, link, clock, EngineConfig{});
       memlink::Port& peer = link.add_port(mac_of(1));
-      QpInitAttr init;
-      init.pd = dut.pd.handle;
-      init.send_cq = dut.scq;
-      init.recv_cq = dut.rcq;
-      init.cap.max_send_wr = 1024;
-      uint32_t dq = 0;
-      REQUIRE(dut.eng->create_qp(init, &dq) == 0);
+      QpCap cap;
+      cap.max_send_wr = 1024;
+      const uint32_t dq = rc_qp_rtr(dut, cap, QpAttr{}, mtu, qpn);
       QpAttr a;
-      a.qp_state = QpState::Init;
-      REQUIRE(dut.eng->modify_qp(dq, a, kQpState | kQpPkeyIndex | kQpPort | kQpAccessFlags) == 0);
-      a.qp_state = QpState::Rtr;
-      a.path_mtu = mtu;
-      a.dest_qp_num = qpn;
-      a.ah_attr.dmac = mac_of(1);
-      a.ah_attr.dgid = gid_of(1);
-      REQUIRE(dut.eng->modify_qp(dq, a, kQpState | kQpAv | kQpPathMtu | kQpDestQpn | kQpRqPsn | kQpMaxDestRdAtomic |
-                                              kQpMinRnrTimer) == 0);
       a.qp_state = QpState::Rts;
       a.sq_psn = req.front()->v.h.bth.psn;
       a.max_rd_atomic = 16;

@@ -572,12 +572,8 @@ TEST_CASE("RC WRITE 16 MiB", "[scenario][rc][big]") {
   SendWr wr = make_wr(1, WrOpcode::RdmaWrite, src, 0, len);
   wr.rdma = {dst.addr(), dst.key};
   REQUIRE(A.eng->post_send(qa, wr) == 0);
-  std::vector<Wc> wc;
-  REQUIRE(w.run([&] {
-    auto a = A.drain(A.scq);
-    wc.insert(wc.end(), a.begin(), a.end());
-    return !wc.empty();
-  }));
+  const std::vector<Wc> wc = w.wait_wcs(A, A.scq, 1);
+  REQUIRE(!wc.empty());
   REQUIRE(wc.size() == 1);
   CHECK(wc[0].status == WcStatus::Success);
   CHECK(wc[0].byte_len == len);
@@ -611,12 +607,8 @@ TEST_CASE("RC READ 16 MiB with scatter list", "[scenario][rc][big]") {
   wr.sg_list[3] = {l4.addr(), 7, l4.key};
   wr.rdma = {remote.addr(), remote.key};
   REQUIRE(A.eng->post_send(qa, wr) == 0);
-  std::vector<Wc> wc;
-  REQUIRE(w.run([&] {
-    auto a = A.drain(A.scq);
-    wc.insert(wc.end(), a.begin(), a.end());
-    return !wc.empty();
-  }));
+  const std::vector<Wc> wc = w.wait_wcs(A, A.scq, 1);
+  REQUIRE(!wc.empty());
   REQUIRE(wc[0].status == WcStatus::Success);
   std::vector<uint8_t> got;
   for (auto* b : {&l1, &l2, &l3, &l4}) got.insert(got.end(), b->mem.begin(), b->mem.end());
@@ -672,12 +664,8 @@ TEST_CASE("RC WRITE and READ 1 GiB", "[scenario][rc][huge]") {
   wr.sg_list[0] = {reinterpret_cast<uint64_t>(src.base), static_cast<uint32_t>(Aliased::kLen), ks};
   wr.rdma = {reinterpret_cast<uint64_t>(dst.base), kd};
   REQUIRE(A.eng->post_send(qa, wr) == 0);
-  std::vector<Wc> wc;
-  REQUIRE(w.run([&] {
-    auto a = A.drain(A.scq);
-    wc.insert(wc.end(), a.begin(), a.end());
-    return !wc.empty();
-  }, 50'000'000));
+  std::vector<Wc> wc = w.wait_wcs(A, A.scq, 1, 50'000'000);
+  REQUIRE(!wc.empty());
   REQUIRE(wc[0].status == WcStatus::Success);
   CHECK(wc[0].byte_len == Aliased::kLen);
   CHECK(std::memcmp(src.base, dst.base, Aliased::kChunk) == 0);
@@ -687,12 +675,8 @@ TEST_CASE("RC WRITE and READ 1 GiB", "[scenario][rc][huge]") {
   wr.wr_id = 2;
   wr.opcode = WrOpcode::RdmaRead;
   REQUIRE(A.eng->post_send(qa, wr) == 0);
-  wc.clear();
-  REQUIRE(w.run([&] {
-    auto a = A.drain(A.scq);
-    wc.insert(wc.end(), a.begin(), a.end());
-    return !wc.empty();
-  }, 50'000'000));
+  wc = w.wait_wcs(A, A.scq, 1, 50'000'000);
+  REQUIRE(!wc.empty());
   REQUIRE(wc[0].status == WcStatus::Success);
   CHECK(std::memcmp(src.base, dst.base, Aliased::kChunk) == 0);
   CHECK(B.eng->counter(Ctr::ReadRespSent) == Aliased::kLen / 4096);

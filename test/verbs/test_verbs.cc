@@ -192,7 +192,7 @@ TEST_CASE("QP state machine: modify_qp checks per transition and type", "[verbs]
   a.qp_state = QpState::Reset;
   CHECK(qp.check_modify(a, kQpState) == 0);
   // post_send limits.
-  wr.num_sge = 5;
+  wr.num_sge = kMaxSge + 1;
   CHECK(qp.post_send(wr) == EINVAL);
   wr.num_sge = 0;
   wr.opcode = WrOpcode::AtomicFetchAdd;

@@ -227,6 +227,18 @@ int EngineShimBackend::query_device(uint32_t dev, ibv_device_attr& a) {
   return 0;
 }
 
+IbLinkRate ib_rate_for_eth(uint32_t mbps) {
+  // IBV_WIDTH_1X = 1, 4X = 2; IBV_SPEED_SDR = 1, DDR = 2, FDR10 = 8, EDR = 32, HDR = 64, NDR = 128.
+  if (mbps <= 1000) return {1, 1};
+  if (mbps <= 10000) return {1, 8};
+  if (mbps <= 20000) return {2, 2};
+  if (mbps <= 25000) return {1, 32};
+  if (mbps <= 40000) return {2, 8};
+  if (mbps <= 100000) return {2, 32};
+  if (mbps <= 200000) return {2, 64};
+  return {2, 128};
+}
+
 // Ethernet MTU 1500 carries IB MTU 1024; larger only with a jumbo port.
 ibv_mtu EngineShimBackend::port_max_mtu(uint32_t dev) const {
   const uint32_t eth_mtu = cfg_.ports.at(dev).mtu;
@@ -242,10 +254,21 @@ int EngineShimBackend::query_port(uint32_t dev, uint32_t port, ibv_port_attr& p)
   p.active_mtu = std::min<ibv_mtu>(max, static_cast<ibv_mtu>(mtu_enum(cfg_.roce.path_mtu)));
   p.gid_tbl_len = static_cast<int>(dp_.gids(dev).size());
   p.max_msg_sz = verbs::kMaxMsgSize;
+  p.port_cap_flags = IBV_PORT_CM_SUP;  // the RDMA CM (lib/cm) answers on QP1
   p.pkey_tbl_len = 1;
   p.max_vl_num = 1;
-  p.active_width = 1;
-  p.active_speed = 32;
+  // The DPDK port's link speed (net_af_packet reports 10G).
+  uint32_t mbps = 0;
+  if (const dpdk::Port* port = dp_.port(dev).port) {
+    try {
+      mbps = port->link().speed_mbps;
+    } catch (const std::exception&) {
+      mbps = 0;  // no link status from the driver: the lowest rate
+    }
+  }
+  const IbLinkRate rate = ib_rate_for_eth(mbps);
+  p.active_width = rate.width;
+  p.active_speed = rate.speed;
   p.phys_state = 5;
   p.link_layer = IBV_LINK_LAYER_ETHERNET;
   return 0;

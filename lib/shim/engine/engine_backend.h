@@ -47,6 +47,16 @@ inline constexpr uint8_t kRoceRouteHopLimit = 64;
 // multicast keeps the caller's.
 int ah_from_verbs(const ibv_ah_attr& a, size_t gid_count, uint8_t port_tclass, verbs::Ah& out);
 
+// An Ethernet link speed (Mb/s, DPDK's rte_eth_link) as ibv_port_attr's active_width
+// (IBV_WIDTH_*) and active_speed (IBV_SPEED_*) with that bandwidth, the mapping Linux
+// uses for every RoCE device (ib_get_eth_speed): up to 1G 1X SDR, 10G 1X FDR10, 20G 4X
+// DDR, 25G 1X EDR, 40G 4X FDR10, 100G 4X EDR, 200G 4X HDR, more 4X NDR; an unknown
+// speed (0) counts as 1X SDR.
+struct IbLinkRate {
+  uint8_t width, speed;
+};
+IbLinkRate ib_rate_for_eth(uint32_t speed_mbps);
+
 struct ShimBackendStats {
   uint64_t sq_wqes = 0, rq_wqes = 0, cqes = 0, bad_wqes = 0, corrupt_rings = 0, events = 0, async_events = 0;
 };

@@ -453,6 +453,23 @@ int vctx_query_port(ibv_context* c, uint8_t port, ibv_port_attr* attr, size_t le
   return 0;
 }
 
+// ibv_query_device_ex: the base attributes, phys_port_cnt_ex and
+// device_cap_flags_ex (a superset of device_cap_flags); everything else zero
+// (no ODP, completion timestamps, TSO, RSS, WQs, packet pacing, tag matching,
+// CQ moderation, device memory), as droce has none of them.
+int vctx_query_device_ex(ibv_context* c, const ibv_query_device_ex_input* input, ibv_device_attr_ex* attr,
+                         size_t attr_size) {
+  if (input != nullptr && input->comp_mask != 0) return EINVAL;
+  if (attr_size < sizeof(attr->orig_attr)) return EINVAL;
+  ibv_device_attr_ex a{};
+  int rc = conn_of(c).call<Op::QueryDevice>({}, a.orig_attr);
+  if (rc != 0) return -rc;
+  a.phys_port_cnt_ex = a.orig_attr.phys_port_cnt;
+  a.device_cap_flags_ex = a.orig_attr.device_cap_flags;
+  std::memcpy(attr, &a, std::min(attr_size, sizeof(a)));
+  return 0;
+}
+
 int gid_table(ibv_context* c, uint32_t port, GidTableResp& t) {
   return conn_of(c).call<Op::QueryGidTable>({port}, t);
 }
@@ -512,6 +529,7 @@ ibv_context* droce_v11_ibv_open_device(ibv_device* d) {
   verbs_context& v = f->vctx;
   v.sz = sizeof(verbs_context);
   v.query_port = vctx_query_port;
+  v.query_device_ex = vctx_query_device_ex;
   ibv_context& c = v.context;
   c.device = d;
   c.cmd_fd = -1;  // no kernel command fd
@@ -535,7 +553,7 @@ ibv_context* droce_v11_ibv_open_device(ibv_device* d) {
     epoll_ctl(f->async_fd, EPOLL_CTL_ADD, f->conn.fd(), &ev);
   }
   c.async_fd = f->async_fd;
-  c.num_comp_vectors = 1;
+  c.num_comp_vectors = static_cast<int>(proto::kCompVectors);
   pthread_mutex_init(&c.mutex, nullptr);
   c.abi_compat = __VERBS_ABI_IS_EXTENDED;
   c.ops.poll_cq = poll_cq;

@@ -20,6 +20,7 @@
 
 #include "dpdk/eal.h"
 #include "dpdk/port.h"
+#include "embedded_pair.h"
 #include "engine/embed.h"
 #include "nvmf/cm_private.h"
 #include "nvmf/controller.h"
@@ -191,30 +192,13 @@ class MiniTarget {
   std::vector<std::unique_ptr<Conn>> conns_;
 };
 
-engine::EmbedOptions opts(dpdk::Port& p, const char* ip) {
-  engine::EmbedOptions o;
-  o.port = &p;
-  o.init_eal = false;
-  o.ipv4 = {ip};
-  o.engine.max_qps = 64;
-  o.engine.max_mrs = 64;
-  return o;
-}
-
-struct Rig {
-  dpdk::RingPair rings;
-  dpdk::Port pa, pb;
-  engine::Embedded a, b;
+struct Rig : testing::EmbeddedPair {
   Target target;
   std::unique_ptr<MiniTarget> mt;
   std::atomic<bool> stop{false};
   std::thread th;
   explicit Rig(const char* name)
-      : rings(name, 1),
-        pa(dpdk::PortConfig{.port_id = rings.port_a(), .mbufs = 8191}),
-        pb(dpdk::PortConfig{.port_id = rings.port_b(), .mbufs = 8191}),
-        a(opts(pa, "10.64.0.1")),
-        b(opts(pb, "10.64.0.2")),
+      : EmbeddedPair(name, "10.64.0.1", "10.64.0.2", 8191),
         target([] {
           TargetConfig c;
           c.in_capsule_data = 8192;

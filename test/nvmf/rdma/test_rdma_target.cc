@@ -25,6 +25,7 @@
 
 #include "dpdk/eal.h"
 #include "dpdk/port.h"
+#include "embedded_pair.h"
 #include "engine/embed.h"
 #include "nvmf/capsule.h"
 #include "nvmf/cm_private.h"
@@ -45,27 +46,13 @@ constexpr size_t kCapOff = 0, kCapSize = 64 + 8192;
 constexpr size_t kRespOff = 64 * 1024, kRespSize = 64, kResps = 32;
 constexpr size_t kDataOff = 128 * 1024;
 
-engine::EmbedOptions opts(dpdk::Port& p, const char* ip) {
-  engine::EmbedOptions o;
-  o.port = &p;
-  o.init_eal = false;
-  o.ipv4 = {ip};
-  o.engine.max_qps = 64;
-  o.engine.max_mrs = 64;
-  return o;
-}
-
 struct HostQueue {
   engine::QpHandle qp;
   cm::ConnId id = 0;
   uint16_t cid = 0;
 };
 
-struct Rig {
-  dpdk::RingPair rings{"nvmfrdma", 1};
-  dpdk::Port pa{dpdk::PortConfig{.port_id = rings.port_a(), .mbufs = 4095}};
-  dpdk::Port pb{dpdk::PortConfig{.port_id = rings.port_b(), .mbufs = 4095}};
-  engine::Embedded a{opts(pa, "10.64.0.1")}, b{opts(pb, "10.64.0.2")};
+struct Rig : testing::EmbeddedPair {
   Target target;
   std::unique_ptr<rdma::RdmaTarget> tgt;
   std::vector<cm::Event> ev;
@@ -74,7 +61,7 @@ struct Rig {
   uint16_t next_port = 40000;
 
   // add: the subsystem's namespaces (none given: a 4 MiB RAM disk as nsid 1).
-  explicit Rig(const TargetConfig& tc, const std::function<void(Subsystem&)>& add = {}) : target(tc) {
+  explicit Rig(const TargetConfig& tc, const std::function<void(Subsystem&)>& add = {}) : EmbeddedPair("nvmfrdma", "10.64.0.1", "10.64.0.2"), target(tc) {
     Subsystem& s = target.add_subsystem(kSub, "RING0", false);
     s.allow_host(kHost);
     if (add)
@@ -109,15 +96,7 @@ struct Rig {
     }
     return cond();
   }
-  bool take(cm::EventType t, cm::Event* out = nullptr) {
-    for (size_t i = 0; i < ev.size(); ++i)
-      if (ev[i].type == t) {
-        if (out) *out = ev[i];
-        ev.erase(ev.begin() + static_cast<long>(i));
-        return true;
-      }
-    return false;
-  }
+  bool take(cm::EventType t, cm::Event* out = nullptr) { return testing::take_event(ev, t, out); }
 
   // CM connect with the NVMe-RDMA private data. Returns the REJ's status
   // (Ok when accepted: q is then ready for capsules).

@@ -1,0 +1,97 @@
+// DCQCN reaction point: the per-QP rate a sender keeps when the fabric marks
+// ECN (Zhu et al., "Congestion Control for Large-Scale RDMA Deployments",
+// SIGCOMM 2015), with the parameters and fixed-point conventions of NVIDIA's
+// firmware (alpha in 1/1024 units, rates in kb/s). Pure arithmetic on a
+// caller-supplied clock: no timers of its own, no allocation; the engine
+// calls it from the QP's owning core.
+//
+//   CNP ──► on_cnp(now) ──► (at most once per rate-reduce monitor period)
+//            target = current (when clamped); current *= 1 - alpha/2;
+//            alpha counters and the increase stages restart
+//   every alpha period: alpha = (g * alpha + (1024 - g) * 1024 * cnp) / 1024
+//   every time-reset period (T++) and every byte-reset bytes sent (BC++):
+//            an increase event: fast recovery while max(T, BC) < threshold,
+//            hyper increase when min(T, BC) > threshold, else additive;
+//            each moves current halfway to target.
+//   on_sent(now, bytes) / next_send_ns(): the pacer, a token bucket of
+//            burst_bytes at the current rate.
+#pragma once
+
+#include <cstdint>
+
+namespace droce::transport::dcqcn {
+
+struct Params {
+  uint32_t line_rate_kbps = 100'000'000;   // the port's rate: where a QP starts
+  uint32_t min_rate_kbps = 1'000;          // 1 Mb/s
+  uint32_t ai_rate_kbps = 5'000;           // additive increase, 5 Mb/s
+  uint32_t hai_rate_kbps = 50'000;         // hyper increase, 50 Mb/s
+  uint32_t rate_to_set_on_first_cnp_kbps = 0;  // 0: keep the current rate, then decrease
+  uint32_t alpha_g = 1019;                 // alpha keeps g/1024 of itself per update
+  uint32_t initial_alpha = 1023;           // of 1024
+  uint64_t alpha_update_period_ns = 1'000;
+  uint64_t rate_reduce_monitor_period_ns = 4'000;
+  uint64_t time_reset_ns = 300'000;
+  uint64_t byte_reset = 32767ull * 64;
+  uint32_t threshold = 1;                  // F: stages of fast recovery
+  uint32_t min_dec_fac_pct = 50;           // one decrease cuts at most this share
+  bool clamp_tgt_rate = false;             // every decrease sets target = current
+  bool clamp_tgt_rate_after_time_inc = true;  // ... when the timer raised the rate since
+  uint64_t burst_bytes = 4096;             // the pacer lets this much leave back to back
+};
+
+// Counters the operator sees per QP.
+struct Counters {
+  uint64_t cnps = 0;        // CNPs handled
+  uint64_t decreases = 0;   // rate decreases (at most one per monitor period)
+  uint64_t increases = 0;   // increase events (any stage)
+  uint64_t hyper = 0;       // of which hyper increases
+};
+
+class ReactionPoint {
+ public:
+  explicit ReactionPoint(const Params& p = Params{}) noexcept { reset(p); }
+  void reset(const Params& p) noexcept;
+
+  // A CNP for this QP arrived at `now`.
+  void on_cnp(uint64_t now) noexcept;
+  // A packet of `bytes` (headers included) left the QP at `now`: moves the
+  // pacer and the byte counter.
+  void on_sent(uint64_t now, uint64_t bytes) noexcept;
+  // Runs the periodic alpha update, the pending decrease and the timer's
+  // increase events due by `now`. Cheap when nothing is due.
+  void advance(uint64_t now) noexcept;
+
+  // Earliest time the next packet may leave at the current rate (0: now); a
+  // QP that is not limited is never held.
+  uint64_t next_send_ns() const noexcept { return active_ ? next_send_ns_ : 0; }
+
+  bool limited() const noexcept { return active_; }  // a CNP has been seen and the rate is not back at line rate
+  uint32_t current_kbps() const noexcept { return rc_; }
+  uint32_t target_kbps() const noexcept { return rt_; }
+  uint32_t alpha() const noexcept { return alpha_; }  // of 1024
+  uint32_t time_stage() const noexcept { return t_; }
+  uint32_t byte_stage() const noexcept { return bc_; }
+  const Counters& counters() const noexcept { return ctr_; }
+  const Params& params() const noexcept { return p_; }
+
+ private:
+  void decrease(uint64_t at) noexcept;
+  void increase_event() noexcept;
+  void update_alpha() noexcept;
+
+  Params p_{};
+  Counters ctr_{};
+  uint32_t rc_ = 0, rt_ = 0;   // current and target rate, kb/s
+  uint32_t alpha_ = 0;         // of 1024
+  uint32_t t_ = 0, bc_ = 0;    // timer and byte stages since the last decrease
+  uint64_t bytes_ = 0;         // toward the next byte stage
+  uint64_t next_alpha_ns_ = 0, next_timer_ns_ = 0, last_dec_ns_ = 0;
+  uint64_t next_send_ns_ = 0;
+  bool active_ = false;        // rate limiting in force
+  bool cnp_alpha_ = false;     // a CNP since the last alpha update
+  bool cnp_pending_ = false;   // a CNP inside the monitor period, not yet acted on
+  bool time_inc_ = false;      // the timer raised the rate since the last decrease
+};
+
+}  // namespace droce::transport::dcqcn

@@ -1,0 +1,204 @@
+// DCQCN reaction point arithmetic against sequences computed by hand from the
+// rules in lib/transport/dcqcn.h (alpha in 1/1024, rates in kb/s, integer
+// division rounding down, the halfway step rounding up).
+#include <catch2/catch.hpp>
+
+#include "harness.h"
+#include "transport/dcqcn.h"
+
+using namespace droce;
+using namespace droce::test;
+using droce::transport::dcqcn::Params;
+using droce::transport::dcqcn::ReactionPoint;
+
+namespace {
+Params small(uint32_t line_kbps) {
+  Params p;  // NVIDIA's defaults but for the line rate and a short byte reset
+  p.line_rate_kbps = line_kbps;
+  p.byte_reset = 10'000;
+  return p;
+}
+}  // namespace
+
+TEST_CASE("dcqcn: first CNP cuts by alpha/2; alpha decays and a pending CNP waits for the monitor period") {
+  ReactionPoint rp(small(100'000));
+  CHECK_FALSE(rp.limited());
+  CHECK(rp.next_send_ns() == 0);
+  rp.on_cnp(0);
+  // alpha 1023: cut min(511, 50% = 512) / 1024: 100000 - 100000*511/1024 = 100000 - 49902
+  CHECK(rp.limited());
+  CHECK(rp.current_kbps() == 50'098);
+  CHECK(rp.target_kbps() == 100'000);
+  CHECK(rp.alpha() == 1023);
+  rp.advance(1'000);
+  CHECK(rp.alpha() == 1018);  // 1019*1023/1024
+  rp.advance(2'000);
+  CHECK(rp.alpha() == 1013);  // 1019*1018/1024
+  rp.on_cnp(2'500);           // inside the 4 us monitor period: no decrease yet
+  CHECK(rp.current_kbps() == 50'098);
+  CHECK(rp.counters().decreases == 1);
+  rp.advance(3'000);
+  CHECK(rp.alpha() == 1013);  // (1019*1013 + 5*1024)/1024: the CNP raised it
+  rp.advance(4'000);          // alpha 1019*1013/1024 = 1008, then the pending decrease
+  CHECK(rp.alpha() == 1008);
+  CHECK(rp.counters().decreases == 2);
+  CHECK(rp.current_kbps() == 25'441);  // 50098 - 50098*504/1024
+  CHECK(rp.target_kbps() == 100'000);  // no timer increase since: not clamped
+  CHECK(rp.counters().cnps == 2);
+}
+
+TEST_CASE("dcqcn: the timer recovers fast; then additively; and the QP is unlimited again at line rate") {
+  ReactionPoint rp(small(100'000));
+  rp.on_cnp(0);
+  rp.on_cnp(2'500);
+  rp.advance(4'000);
+  REQUIRE(rp.current_kbps() == 25'441);
+  rp.advance(303'999);
+  CHECK(rp.current_kbps() == 25'441);
+  rp.advance(304'000);  // T=0: fast recovery, halfway to 100000 rounded up
+  CHECK(rp.current_kbps() == 62'721);
+  CHECK(rp.time_stage() == 1);
+  CHECK(rp.alpha() == 163);  // 300 decays from 1008
+  rp.advance(604'000);  // T=1 >= threshold 1: additive (target already at line rate)
+  CHECK(rp.current_kbps() == 81'361);
+  CHECK(rp.target_kbps() == 100'000);
+  CHECK(rp.alpha() == 0);
+  // 90681, 95341, 97671, 98836, 99418, 99709, 99855, 99928, 99964, 99982,
+  // 99991, 99996, 99998, 99999, 100000: 15 more timer periods.
+  rp.advance(604'000 + 14 * 300'000);
+  CHECK(rp.current_kbps() == 99'999);
+  CHECK(rp.limited());
+  rp.advance(604'000 + 15 * 300'000);
+  CHECK(rp.current_kbps() == 100'000);
+  CHECK_FALSE(rp.limited());
+  CHECK(rp.next_send_ns() == 0);
+  CHECK(rp.counters().increases == 17);
+  CHECK(rp.counters().hyper == 0);
+}
+
+TEST_CASE("dcqcn: byte and timer stages; hyper increase once both pass the threshold") {
+  ReactionPoint rp(small(1'000'000));
+  rp.on_cnp(0);
+  CHECK(rp.current_kbps() == 500'977);
+  rp.on_cnp(10'000);  // alpha 973 after 10 decays; outside the monitor period: cut 486/1024
+  CHECK(rp.alpha() == 973);
+  CHECK(rp.current_kbps() == 263'209);
+  const uint32_t rc[] = {631'605, 815'803, 907'902};  // BC 0 fast recovery, then additive
+  for (int i = 0; i < 3; ++i) {
+    rp.on_sent(20'000 + i, 10'000);
+    CHECK(rp.byte_stage() == uint32_t(i + 1));
+    CHECK(rp.current_kbps() == rc[i]);
+  }
+  rp.advance(310'000);  // (T 0, BC 3): additive
+  CHECK(rp.current_kbps() == 953'951);
+  rp.advance(610'000);  // (1, 3): additive
+  CHECK(rp.current_kbps() == 976'976);
+  CHECK(rp.counters().hyper == 0);
+  rp.on_sent(610'001, 10'000);  // (2, 3): both past 1: hyper
+  CHECK(rp.counters().hyper == 1);
+  CHECK(rp.current_kbps() == 988'488);
+}
+
+TEST_CASE("dcqcn: a CNP after a timer increase clamps the target; the pacer spaces packets at the current rate") {
+  ReactionPoint rp(small(100'000));
+  rp.on_cnp(0);
+  rp.advance(300'000);  // fast recovery: 50098 -> 75049
+  CHECK(rp.current_kbps() == 75'049);
+  CHECK(rp.alpha() == 166);
+  rp.on_cnp(300'500);  // target = 75049, current cut by 83/1024
+  CHECK(rp.target_kbps() == 75'049);
+  CHECK(rp.current_kbps() == 68'966);
+  rp.advance(600'500);  // fast recovery toward the clamped target
+  CHECK(rp.current_kbps() == 72'008);
+  rp.advance(900'500);  // additive: target 80049
+  CHECK(rp.target_kbps() == 80'049);
+  CHECK(rp.current_kbps() == 76'029);
+  // 1000 bytes at 76029 kb/s: 105223 ns; a bucket of 4096 bytes: 430993 ns.
+  const uint64_t now = 2'000'000;
+  rp.on_sent(now, 1000);  // a full bucket: the next may leave at once
+  CHECK(rp.next_send_ns() == now - 430'993 + 105'223);
+  for (int i = 0; i < 4; ++i) rp.on_sent(now, 1000);
+  CHECK(rp.next_send_ns() == now - 430'993 + 5 * 105'223);
+  CHECK(rp.next_send_ns() > now);  // the bucket is empty: the sixth waits
+}
+
+TEST_CASE("dcqcn: limits: min rate floor; bad parameters clamped; a long idle time is bounded work") {
+  Params p = small(10'000);
+  p.min_dec_fac_pct = 100;
+  p.alpha_g = 2000;       // clamped to 1024: alpha never decays
+  p.initial_alpha = 5000;  // clamped to 1024
+  ReactionPoint rp(p);
+  CHECK(rp.params().initial_alpha == 1024);
+  CHECK(rp.params().alpha_g == 1024);
+  rp.on_cnp(0);  // cut 512/1024
+  CHECK(rp.current_kbps() == 5'000);
+  for (uint64_t t = 4'000; t <= 40'000; t += 4'000) rp.on_cnp(t);
+  CHECK(rp.current_kbps() == 1'000);  // 2500, 1250, then the min_rate floor
+  CHECK(rp.counters().decreases == 11);
+  rp.advance(uint64_t{1} << 50);      // years later: back at line rate, unlimited
+  CHECK_FALSE(rp.limited());
+  CHECK(rp.current_kbps() == 10'000);
+}
+
+namespace {
+struct Run {
+  uint64_t virtual_ns = 0;
+  uint64_t cnps = 0, decreases = 0, paced = 0;
+  uint32_t rate_kbps = 0;
+  bool data_ok = false;
+};
+// A 1 MiB RC WRITE from A to B, every frame from A CE-marked, on the virtual clock.
+Run marked_write(bool dcqcn) {
+  EngineConfig cfg;
+  cfg.dcqcn = dcqcn;
+  cfg.dcqcn_params.line_rate_kbps = 10'000'000;  // 10 Gb/s
+  cfg.cnp_interval_ns = 4'000;                   // NVIDIA's min_time_between_cnps
+  World w(11, 2, cfg);
+  memlink::Faults f;
+  f.ce_mark = 1.0;
+  w.node[0]->port.set_faults(f);
+  auto [qa, qb] = w.connect(0, 1, QpType::RC);
+  Node& A = *w.node[0];
+  Node& B = *w.node[1];
+  auto& src = A.buffer(1 << 20);
+  auto& dst = B.buffer(1 << 20);
+  fill_random(src.mem, 5);
+  SendWr wr = make_wr(1, WrOpcode::RdmaWrite, src, 0, 1 << 20);
+  wr.rdma = {dst.addr(), dst.key};
+  const uint64_t t0 = w.clock.now_ns();
+  REQUIRE(A.eng->post_send(qa, wr) == 0);
+  auto wcs = wait_wcs(w, A, A.scq, 1);
+  Run r;
+  r.virtual_ns = w.clock.now_ns() - t0;
+  REQUIRE(wcs.size() == 1);
+  CHECK(wcs[0].status == WcStatus::Success);
+  r.data_ok = std::equal(src.mem.begin(), src.mem.end(), dst.mem.begin());
+  const transport::Qp* q = A.eng->qp(qa);
+  r.cnps = q->ctr.cnp_received;
+  r.decreases = q->rp.counters().decreases;
+  r.paced = q->ctr.paced;
+  r.rate_kbps = q->rp.current_kbps();
+  return r;
+}
+}  // namespace
+
+TEST_CASE("dcqcn: CNPs slow a marked RC sender end to end; without DCQCN they are only counted") {
+  const Run off = marked_write(false);
+  const Run on = marked_write(true);
+  INFO("off: " << off.virtual_ns << " ns, on: " << on.virtual_ns << " ns, rate " << on.rate_kbps << " kb/s, "
+               << on.decreases << " decreases, " << on.paced << " paced turns");
+  CHECK(off.data_ok);
+  CHECK(on.data_ok);
+  CHECK(off.cnps > 0);
+  CHECK(off.decreases == 0);
+  CHECK(off.paced == 0);
+  CHECK(on.cnps > 0);
+  CHECK(on.decreases > 0);
+  CHECK(on.decreases <= on.cnps);
+  CHECK(on.paced > 0);
+  CHECK(on.rate_kbps < 10'000'000 / 2);
+  // 1 MiB never goes faster than the highest rate DCQCN allowed: at least
+  // 8 Mbit / 10 Gb/s, and it is held well below that.
+  CHECK(on.virtual_ns > 2 * off.virtual_ns);
+  CHECK(on.virtual_ns > 8 * (1u << 20) / 10);
+}
