@@ -1,4 +1,4 @@
-// droce-ctl: talks to droced over its control socket.
+// droce-ctl: talks to droced (or droce-nvmf --control) over its control socket.
 //
 //   droce-ctl [--socket PATH] [--json] [--timeout MS] COMMAND ...
 //
@@ -91,6 +91,15 @@ int main(int argc, char** argv) {
     if (reorder) args["reorder"] = *reorder;
     if (corrupt) args["corrupt"] = *corrupt;
     if (seed) args["seed"] = *seed;
+  });
+
+  auto* nvmf = app.add_subcommand("nvmf", "droce-nvmf's counters: target, per core loop, per queue (commands, "
+                                           "bytes, latency); -s the socket of droce-nvmf --control");
+  bool hist = false;
+  nvmf->add_flag("--histogram", hist, "each queue's latency buckets too (best with --json)");
+  nvmf->callback([&] {
+    cmd = "nvmf";
+    if (hist) args["histogram"] = true;
   });
 
   app.add_subcommand("shutdown", "stop the daemon cleanly")->callback([&] { cmd = "shutdown"; });

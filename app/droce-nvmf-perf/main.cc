@@ -32,6 +32,7 @@ struct Opts {
   uint64_t verify_ios = 1024, span_mib = 0, max_ios = 0;
   bool verify = false, discover = false;
   uint32_t kato_ms = 5000, timeout_ms = 10000;
+  uint16_t loops = 1;
 };
 
 void print_result(const char* what, const Opts& o, const PerfResult& r) {
@@ -71,6 +72,8 @@ int main(int argc, char** argv) {
   app.add_option("--io-queues", o.io_queues, "I/O queues to connect")->check(CLI::Range(1, 64));
   app.add_flag("--discover", o.discover, "print the target's discovery log and exit");
   app.add_option("--kato", o.kato_ms, "keep-alive timeout in ms (keep alive every half of it)");
+  app.add_option("--queues", o.loops, "RX/TX queues = core loops of this node (a memif peer needs as many as the "
+                                     "target's `cores`)")->check(CLI::Range(1, 16));
   app.add_option("--timeout", o.timeout_ms, "ms to wait for each connection step");
   app.footer("EAL arguments after --. Exit status 0 when no command failed (and --verify found no mismatch).");
   try {
@@ -86,7 +89,9 @@ int main(int argc, char** argv) {
   try {
     Pattern pat{};
     parse_pattern(o.workload, pat);
-    auto node = std::make_unique<engine::Embedded>(engine::node_options(o.device, eal, o.ip, o.mac, 1024));
+    engine::EmbedOptions eo = engine::node_options(o.device, eal, o.ip, o.mac, 1024);
+    eo.queues = o.loops;
+    auto node = std::make_unique<engine::Embedded>(eo);
     engine::announce_node(*node, o.device, 1, "--ip");
     HostOptions ho;
     ho.target_ip = o.target;

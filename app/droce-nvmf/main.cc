@@ -1,6 +1,7 @@
 // droce-nvmf: an NVMe over Fabrics (RDMA) target on an embedded droce node.
 // Thin main: options, the [nvmf] config (lib/nvmf/config.h), one poll loop
-// driving lib/nvmf/rdma's RdmaTarget, signals, counters at exit.
+// driving lib/nvmf/rdma's RdmaTarget, signals, counters at exit and (--control)
+// through a control socket at run time.
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
 
@@ -9,10 +10,12 @@
 #include <csignal>
 #include <cstdio>
 #include <fstream>
+#include <memory>
 #include <sstream>
 
 #include "engine/embed.h"
 #include "nvmf/config.h"
+#include "nvmf/rdma/control.h"
 #include "nvmf/rdma/target.h"
 
 using namespace droce;
@@ -23,7 +26,7 @@ std::atomic<bool> g_stop{false};
 void on_signal(int) { g_stop.store(true, std::memory_order_relaxed); }
 
 struct Opts {
-  std::string device, mac, config;
+  std::string device, mac, config, control;
   std::vector<std::string> ip;
   uint32_t mtu = 1024;
   double f_drop_rx = 0, f_drop_tx = 0;
@@ -37,11 +40,15 @@ void print_report(const nvmf::rdma::RdmaTarget& t) {
               (unsigned long)c.connect_requests, (unsigned long)c.accepted, (unsigned long)c.rejected,
               (unsigned long)c.rejected_private, (unsigned long)c.rejected_resources, (unsigned long)c.disconnects_sent,
               (unsigned long)c.keep_alive_expired, (unsigned long)c.queues_destroyed);
+  for (const auto& l : t.loop_report())
+    std::printf("droce-nvmf: loop %u live_queues %zu commands %lu bytes_in %lu bytes_out %lu errors %lu file_commands %lu\n",
+                l.loop, l.live_queues, (unsigned long)l.commands, (unsigned long)l.bytes_in, (unsigned long)l.bytes_out,
+                (unsigned long)l.errors, (unsigned long)l.file_commands);
   for (const auto& q : t.report())
-    std::printf("droce-nvmf: queue %s qid %u cntlid %u depth %u qpn %u peer %s commands %lu bytes_in %lu bytes_out %lu "
+    std::printf("droce-nvmf: queue %s loop %u qid %u cntlid %u depth %u qpn %u peer %s commands %lu bytes_in %lu bytes_out %lu "
                 "errors %lu short %lu overflow %lu bad_completions %lu recv_errors %lu post_errors %lu wc_errors %lu "
                 "file_commands %lu latency_n %lu p50_us %.1f p99_us %.1f max_us %.1f\n",
-                q.closed ? "closed" : "live", q.qid, q.cntlid, q.depth, q.qpn, q.peer.c_str(),
+                q.closed ? "closed" : "live", q.loop, q.qid, q.cntlid, q.depth, q.qpn, q.peer.c_str(),
                 (unsigned long)q.q.commands, (unsigned long)q.q.bytes_in, (unsigned long)q.q.bytes_out,
                 (unsigned long)q.q.errors, (unsigned long)q.q.short_capsules, (unsigned long)q.q.overflow,
                 (unsigned long)q.q.bad_completions, (unsigned long)q.recv_errors, (unsigned long)q.post_errors,
@@ -65,6 +72,8 @@ int main(int argc, char** argv) {
   app.add_option("-c,--config", o.config, "TOML file with the [nvmf] section (lib/nvmf/README.md)")->required();
   app.add_option("--fault-drop", o.f_drop_rx, "drop this fraction of received frames")->check(CLI::Range(0.0, 1.0));
   app.add_option("--fault-tx-drop", o.f_drop_tx, "drop this fraction of sent frames")->check(CLI::Range(0.0, 1.0));
+  app.add_option("--control", o.control,
+                 "control socket: counters at run time (droce-ctl -s SOCKET nvmf; lib/nvmf/README.md)");
   app.add_flag("--no-remote-invalidate", o.no_remote_inv,
                "answer with a plain SEND even when the host's SGL asks for invalidation (the host invalidates)");
   app.footer("EAL arguments after --. `listen` defaults to the --ip addresses. SIGTERM/SIGINT disconnect the hosts "
@@ -81,11 +90,11 @@ int main(int argc, char** argv) {
     std::stringstream ss;
     ss << in.rdbuf();
     nvmf::NvmfConfig cfg = nvmf::parse_nvmf_config(ss.str(), o.config, o.ip);
-    if (cfg.cores != 1) std::fprintf(stderr, "droce-nvmf: cores = %u: one poll loop for now\n", cfg.cores);
     nvmf::Target target(cfg.target);
     nvmf::build_target(cfg, target);
 
     engine::EmbedOptions e = engine::node_options(o.device, eal, o.ip, o.mac, o.mtu);
+    e.queues = cfg.cores;  // one core loop (RX/TX queue, engine, IoRing) each
     e.engine.max_qps = 256;
     e.engine.max_mrs = 256;
     e.engine.max_mtu = static_cast<verbs::Mtu>(__builtin_ctz(o.mtu) - 7);
@@ -100,20 +109,28 @@ int main(int argc, char** argv) {
     ro.port = cfg.target.port;
     ro.remote_invalidate = !o.no_remote_inv;
     nvmf::rdma::RdmaTarget tgt(node, target, ro);
+    std::unique_ptr<nvmf::rdma::ControlPort> ctl;
+    if (!o.control.empty()) ctl = std::make_unique<nvmf::rdma::ControlPort>(tgt, o.control);
     std::signal(SIGTERM, on_signal);
     std::signal(SIGINT, on_signal);
     std::string where;
     for (const auto& l : tgt.listening()) where += (where.empty() ? "" : " ") + l;
     size_t nss = 0;
     for (const auto& s : cfg.subsystems) nss += s.namespaces.size();
-    std::printf("droce-nvmf: listening on %s (%zu subsystem(s), %zu namespace(s), device %s)\n", where.c_str(),
-                cfg.subsystems.size(), nss, o.device.c_str());
+    std::printf("droce-nvmf: listening on %s (%zu subsystem(s), %zu namespace(s), device %s, %zu core loop(s))\n",
+                where.c_str(), cfg.subsystems.size(), nss, o.device.c_str(), tgt.loops());
     std::fflush(stdout);
-    while (!g_stop.load(std::memory_order_relaxed)) tgt.poll();
+    while (!g_stop.load(std::memory_order_relaxed)) {
+      tgt.poll();
+      if (ctl) ctl->service();  // one atomic load unless droce-ctl asked
+    }
     // Clean shutdown: DREQ to every host, then wait (bounded) for the answers.
     tgt.disconnect_all();
     const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-    while (tgt.queues() && std::chrono::steady_clock::now() < give_up) tgt.poll();
+    while (tgt.queues() && std::chrono::steady_clock::now() < give_up) {
+      tgt.poll();
+      if (ctl) ctl->service();
+    }
     if (tgt.queues()) std::fprintf(stderr, "droce-nvmf: %zu queue(s) not disconnected in 5 s\n", tgt.queues());
     print_report(tgt);
     return 0;

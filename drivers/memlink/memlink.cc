@@ -10,7 +10,7 @@ namespace droce::memlink {
 namespace {
 constexpr const char* kCounterNames[] = {"tx_frames", "delivered", "lost",     "reordered", "duplicated",
                                          "corrupted", "ce_marked", "no_route", "pool_empty", "queue_full",
-                                         "rx_overrun"};
+                                         "rx_overrun", "bottleneck_drop", "bottleneck_marked"};
 static_assert(std::size(kCounterNames) == static_cast<size_t>(Counter::kCount));
 
 // Min-heap order: earliest delivery first, then send order.
@@ -150,6 +150,29 @@ uint16_t Port::tx_burst(io::PktBuf** bufs, uint16_t n) noexcept {
       L.count(Counter::Corrupted);
     }
     uint64_t at = now + f.delay_ns;
+    if (tx_rate_bps_) {  // serialised at this port's line rate
+      const uint64_t start = std::max(now, tx_next_);
+      tx_next_ = start + b->len * 8'000'000'000ull / tx_rate_bps_;
+      at = tx_next_ + f.delay_ns;
+    }
+    if (dst->bn_.rate_bps) {
+      const Bottleneck& bn = dst->bn_;
+      const uint64_t q = dst->bottleneck_queue_bytes(at);
+      if (q + b->len > bn.limit_bytes) {
+        L.count(Counter::BottleneckDrop);
+        L.put_buf(b);
+        continue;
+      }
+      if (bn.ecn && q > bn.kmin_bytes) {
+        const double p = q >= bn.kmax_bytes ? 1.0
+                                             : bn.pmax * static_cast<double>(q - bn.kmin_bytes) /
+                                                   static_cast<double>(bn.kmax_bytes - bn.kmin_bytes);
+        if (L.uniform() < p && L.mark_ce(b)) L.count(Counter::BottleneckMarked);
+      }
+      dst->bn_max_q_ = std::max(dst->bn_max_q_, q + b->len);
+      dst->bn_next_ = std::max(at, dst->bn_next_) + b->len * 8'000'000'000ull / bn.rate_bps;
+      at = dst->bn_next_;
+    }
     if (f.reorder > 0 && L.uniform() < f.reorder) {
       at += f.reorder_delay_ns;
       L.count(Counter::Reordered);
@@ -225,6 +248,12 @@ void Link::put_buf(io::PktBuf* b) noexcept {
   if (b == nullptr || b->backend != this || free_len_ >= pool_bufs_) return;
   b->len = 0;
   free_[free_len_++] = b;
+}
+
+uint64_t Port::bottleneck_queue_bytes(uint64_t now) const noexcept {
+  if (!bn_.rate_bps || bn_next_ <= now) return 0;
+  // In kb/s so that a drain time of minutes does not overflow.
+  return (bn_next_ - now) * (bn_.rate_bps / 1000) / 8'000'000ull;
 }
 
 uint64_t Link::next_delivery_ns() const noexcept {

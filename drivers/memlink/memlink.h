@@ -47,8 +47,23 @@ struct Faults {
   uint64_t reorder_delay_ns = 2000;
 };
 
+// A switch egress queue in front of a port (set_bottleneck): frames toward the
+// port leave it at rate_bps; an ECN-capable frame finding more than kmin_bytes
+// queued is marked CE with a probability rising linearly to pmax at
+// kmax_bytes, and always above kmax_bytes (RED as DCQCN's switches run it);
+// a frame that would take the queue past limit_bytes is dropped.
+struct Bottleneck {
+  uint64_t rate_bps = 0;  // 0: no bottleneck
+  uint64_t kmin_bytes = 5'000;
+  uint64_t kmax_bytes = 200'000;
+  double pmax = 0.01;
+  uint64_t limit_bytes = 1'000'000;
+  bool ecn = true;  // false: tail drop only
+};
+
 enum class Counter : uint8_t {
   TxFrames, Delivered, Lost, Reordered, Duplicated, Corrupted, CeMarked, NoRoute, PoolEmpty, QueueFull, RxOverrun,
+  BottleneckDrop, BottleneckMarked,
   kCount
 };
 const char* counter_name(Counter c) noexcept;
@@ -80,6 +95,13 @@ class Port final : public io::PacketIo {
     rx_ns_per_frame_ = ns_per_frame;
     rx_backlog_ = backlog;
   }
+  // Frames this port sends leave it at most at rate_bps (its line rate); 0: at once.
+  void set_tx_rate(uint64_t rate_bps) noexcept { tx_rate_bps_ = rate_bps; }
+  // The queue of frames toward this port (Bottleneck above).
+  void set_bottleneck(const Bottleneck& b) noexcept { bn_ = b; }
+  // Bytes queued in front of this port at time `now`, and the most ever seen.
+  uint64_t bottleneck_queue_bytes(uint64_t now) const noexcept;
+  uint64_t bottleneck_max_queue_bytes() const noexcept { return bn_max_q_; }
   uint16_t index() const noexcept { return index_; }
   size_t in_flight() const noexcept { return heap_len_ + (fifo_head_ - fifo_tail_); }
 
@@ -101,6 +123,11 @@ class Port final : public io::PacketIo {
   uint64_t rx_ns_per_frame_ = 0;  // set_rx_limit
   uint32_t rx_backlog_ = 0;
   uint64_t rx_next_ = 0;  // earliest delivery time of the next frame under the limit
+  uint64_t tx_rate_bps_ = 0;
+  uint64_t tx_next_ = 0;  // when this port's line is free again
+  Bottleneck bn_;
+  uint64_t bn_next_ = 0;  // when the bottleneck queue toward this port has drained
+  uint64_t bn_max_q_ = 0;
   // Frames in flight: those sent in delivery-time order sit in a FIFO ring (the
   // common case, O(1)); frames held back (reordering) go to a min-heap. rx
   // merges the two by (time, sequence), which is the order one heap would give.

@@ -133,7 +133,10 @@ uint32_t Embedded::poll_cm() noexcept {
 
 QpHandle Embedded::create_qp(uint32_t pd, const QpOptions& o) {
   QpHandle h;
-  h.core = dp_->pick_core(0);
+  if (o.loop >= 0 && static_cast<size_t>(o.loop) >= loops())
+    throw std::runtime_error("embedded droce: create_qp: no loop " + std::to_string(o.loop) + " (" +
+                             std::to_string(loops()) + " loops)");
+  h.core = o.loop >= 0 ? dp_->port_cores(0)[static_cast<size_t>(o.loop)] : dp_->pick_core(0);
   h.pd = pd;
   h.opt = o;
   h.eng = dp_->core(h.core).engine(0);

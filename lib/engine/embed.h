@@ -71,6 +71,9 @@ struct QpOptions {
   uint8_t timeout = 14, retry_cnt = 7, rnr_retry = 7, min_rnr_timer = 12;
   uint8_t max_rd_atomic = 16;
   uint8_t max_dest_rd_atomic = 16;
+  // The loop (index among the port's loops, 0..loops()-1) the QP lives on;
+  // -1: round robin. A placed QP gets a QPN of that loop's residue.
+  int loop = -1;
 };
 
 struct QpHandle {
@@ -94,6 +97,8 @@ class Embedded {
   uint32_t poll() noexcept { return dp_->poll_all() + (agent_ ? poll_cm() : 0); }
 
   Dataplane& dataplane() noexcept { return *dp_; }
+  // Core loops of the port (EmbedOptions::queues); loop 0 is the home loop (ARP, CM).
+  size_t loops() const noexcept { return dp_->port_cores(0).size(); }
   dpdk::Port& port() noexcept { return *port_; }
   config::PortFaults& faults() noexcept { return (*faults_)[0]; }
   const netstack::GidTable& gids() const { return dp_->gids(0); }
@@ -107,7 +112,8 @@ class Embedded {
   }
   int dereg_mr(uint32_t key) { return dp_->dereg_mr(0, key); }
 
-  // Creates CQs and a QP (RESET -> INIT) on the loop picked for it. Throws on failure.
+  // Creates CQs and a QP (RESET -> INIT) on the loop picked for it (o.loop, or
+  // round robin). Throws on failure (also for a loop that does not exist).
   QpHandle create_qp(uint32_t pd, const QpOptions& o);
   // INIT -> RTR -> RTS towards the peer (MAC resolved when zero). 0 or errno.
   int connect(QpHandle& qp, const QpPeer& peer);

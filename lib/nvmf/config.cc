@@ -219,7 +219,7 @@ NvmfConfig parse_nvmf_config(std::string_view text, std::string_view source,
   t.traddr = c.listen[0];
   t.ipv6 = c.listen[0].find(':') != std::string::npos;
   k.integer("port", t.port, 1, 65535);
-  k.integer("cores", c.cores, 1, 64);
+  k.integer("cores", c.cores, 1, 16);  // engine::Embedded: 1..16 queues
   k.integer("max_queue_depth", t.max_queue_depth, 2, kMaxQueueSize);
   k.integer("max_io_queues", t.max_io_queues, 1, 1024);
   k.integer("in_capsule_data", t.in_capsule_data, 0, 65536);

@@ -40,7 +40,7 @@ struct SubsystemSpec {
 struct NvmfConfig {
   TargetConfig target;               // traddr/ipv6 from listen[0]
   std::vector<std::string> listen;   // IPv4/IPv6 addresses
-  uint16_t cores = 1;
+  uint16_t cores = 1;                // core loops (1..16): the port's RX/TX queues
   std::vector<SubsystemSpec> subsystems;
 };
 

@@ -131,6 +131,16 @@ class ShimBackend {
   virtual int dealloc_mw(const ClientInfo&, ObjId) { return -EINVAL; }
   virtual int create_cq(const ClientInfo& c, const CqSetup& s, CqResult& out) = 0;
   virtual int destroy_cq(const ClientInfo& c, ObjId cq) = 0;
+  // ibv_resize_cq: from now on produce into `ring` (`ring_entries`, empty,
+  // in a new region), after moving the unread completions of the old ring
+  // into it (ring_move_unread); the client reads nothing meanwhile. -EINVAL
+  // when the unread completions (with those the backend still holds) do not
+  // fit. The server frees the old region after a success.
+  virtual int resize_cq(const ClientInfo&, ObjId, droce_shm_ring_hdr* ring, uint32_t ring_entries) {
+    (void)ring;
+    (void)ring_entries;
+    return -EOPNOTSUPP;
+  }
   virtual int create_srq(const ClientInfo& c, const SrqSetup& s, SrqResult& out) = 0;
   virtual int modify_srq(const ClientInfo& c, ObjId srq, const ibv_srq_attr& a, uint32_t mask) = 0;
   virtual int query_srq(const ClientInfo& c, ObjId srq, ibv_srq_attr& out) = 0;

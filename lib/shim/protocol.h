@@ -79,7 +79,8 @@ enum class Op : uint16_t {
   CmInitQpAttr,      // CmInitQpAttrReq -> CmInitQpAttrResp
   CmGetEvent,        // HandleReq (channel) -> CmEventResp; -EAGAIN when none is queued
   CmQueryId,         // HandleReq -> CmIdInfo
-  // ---- memory windows (appended: the values above do not move)
+  ResizeCq,          // ResizeCqReq -> CreateCqResp (same handle) + the new region fd
+  // memory windows (appended: the values above do not move)
   AllocMw,           // AllocMwReq -> AllocMwResp
   DeallocMw,         // HandleReq -> Empty (a bound window is unbound first)
   Count_
@@ -179,6 +180,14 @@ struct CreateCqResp {
   uint32_t cqe;          // actual capacity reported to the program
   uint32_t ring_entries;
   uint64_t region_size;
+};
+
+// ibv_resize_cq: a new region replaces the CQ's, holding its unread
+// completions; the client maps it and reads nothing from the old one after
+// sending this (-EINVAL when more than cqe completions are unread).
+struct ResizeCqReq {
+  uint32_t handle;
+  uint32_t cqe;
 };
 
 struct CreateSrqReq {
@@ -390,6 +399,7 @@ DROCE_SHIM_OP(CmDisconnect, HandleReq, Empty)
 DROCE_SHIM_OP(CmInitQpAttr, CmInitQpAttrReq, CmInitQpAttrResp)
 DROCE_SHIM_OP(CmGetEvent, HandleReq, CmEventResp)
 DROCE_SHIM_OP(CmQueryId, HandleReq, CmIdInfo)
+DROCE_SHIM_OP(ResizeCq, ResizeCqReq, CreateCqResp)
 DROCE_SHIM_OP(AllocMw, AllocMwReq, AllocMwResp)
 DROCE_SHIM_OP(DeallocMw, HandleReq, Empty)
 #undef DROCE_SHIM_OP

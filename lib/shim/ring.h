@@ -12,6 +12,7 @@
 #pragma once
 
 #include <atomic>
+#include <cerrno>
 #include <cstdint>
 #include <cstring>
 
@@ -173,6 +174,24 @@ class RingConsumer {
     std::atomic_ref<uint32_t>(hdr_->cons).store(cons_, std::memory_order_release);
   }
 
+  // The i-th unread entry in place, or nullptr when the producer has not
+  // published that many (refreshes the cached producer index only then).
+  // For a consumer that trusts the producer (the client reading its CQ).
+  const Entry* peek(uint32_t i) {
+    if (corrupt_) return nullptr;
+    if (prod_cache_ - cons_ <= i) {
+      // ACQUIRE: pairs with the producer's release store of prod.
+      uint32_t p = std::atomic_ref<uint32_t>(hdr_->prod).load(std::memory_order_acquire);
+      if (p - cons_ > size_) {
+        corrupt_ = true;
+        return nullptr;
+      }
+      prod_cache_ = p;
+      if (p - cons_ <= i) return nullptr;
+    }
+    return slot(i);
+  }
+
   bool try_pop(Entry* out) {
     if (available() < 1) return false;
     copy(0, out);
@@ -191,6 +210,37 @@ class RingConsumer {
   uint32_t prod_cache_ = 0;  // last producer index seen
   bool corrupt_ = false;
 };
+
+// ibv_resize_cq, producer side, while the consumer waits for the answer (it
+// reads nothing meanwhile): moves the unread entries of `from` into the new,
+// empty ring `to` (in order, from its slot 0), carries the notification line
+// (armed, events, overflows) over and makes `from` produce into `to`.
+// `reserve` more entries must fit as well (completions the producer holds
+// elsewhere). Returns 0, -EINVAL when they do not fit (nothing changes), or
+// -EIO when the old ring's index is corrupt.
+template <typename Entry>
+inline int ring_move_unread(RingProducer<Entry>& from, droce_shm_ring_hdr* to, uint32_t to_entries,
+                            uint32_t reserve) {
+  droce_shm_ring_hdr* h = from.hdr();
+  // ACQUIRE: the consumer is done with the slots below cons.
+  const uint32_t cons = std::atomic_ref<uint32_t>(h->cons).load(std::memory_order_acquire);
+  const uint32_t n = from.prod() - cons;
+  if (n > from.size()) return -EIO;
+  if (!ring_geometry_ok(to_entries) || static_cast<uint64_t>(n) + reserve > to_entries) return -EINVAL;
+  const Entry* src = ring_entries<Entry>(h);
+  Entry* dst = ring_entries<Entry>(to);
+  for (uint32_t i = 0; i < n; i++)
+    std::memcpy(static_cast<void*>(&dst[i]), &src[(cons + i) & (from.size() - 1)], sizeof(Entry));
+  to->cons = 0;
+  std::atomic_ref<uint32_t>(to->armed).store(std::atomic_ref<uint32_t>(h->armed).load(std::memory_order_seq_cst),
+                                             std::memory_order_seq_cst);
+  std::atomic_ref<uint32_t>(to->events).store(std::atomic_ref<uint32_t>(h->events).load(std::memory_order_acquire),
+                                              std::memory_order_release);
+  to->overflows = h->overflows;
+  // RELEASE: the copied entries are visible with prod.
+  std::atomic_ref<uint32_t>(to->prod).store(n, std::memory_order_release);
+  return from.attach(to, to_entries) ? 0 : -EIO;
+}
 
 // CQ notification, daemon side: called after publishing CQEs (the release
 // store of prod). Returns true when the CQ was armed for this completion and

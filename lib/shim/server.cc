@@ -320,6 +320,33 @@ struct ServerOps {
     r.handle = add(std::move(o), {q.channel});
     return 0;
   }
+  int resize_cq(const ResizeCqReq& q, CreateCqResp& r) {
+    Obj* o = find(q.handle, ObjKind::Cq);
+    if (o == nullptr) return -EBADF;
+    if (q.cqe < 1 || q.cqe > static_cast<uint32_t>(c.dev_attr.max_cqe)) return -EINVAL;
+    uint32_t entries = ring_entries_for(q.cqe);
+    if (entries == 0) return -EINVAL;
+    ShmRegion region;
+    RingSpec spec{DROCE_SHM_RING_CQ, entries, sizeof(droce_shm_cqe), 0, 0};
+    const uint32_t cqn = static_cast<const droce_shm_region_hdr*>(o->region.addr())->object_num;
+    if (int rc = create_object_region(region, DROCE_SHM_REGION_CQ, cqn, &spec, 1, s.cfg_.rings_in_hugepages)) return rc;
+    if (int rc = s.backend_.resize_cq(c.info, o->id, region_ring(region, 0), entries)) {
+      // A backend that timed out may still switch to the new ring later:
+      // leave it mapped for good rather than let the core write freed memory.
+      if (rc == -ETIMEDOUT) region.forget_mapping();
+      return rc;
+    }
+    s.mapped_bytes_ -= o->region.size();
+    s.mapped_bytes_ += region.size();
+    o->region = std::move(region);  // the old one goes: nobody uses it now
+    r.handle = q.handle;
+    r.cqn = cqn;
+    r.cqe = entries;
+    r.ring_entries = entries;
+    r.region_size = o->region.size();
+    out_fds[n_out_fds++] = o->region.fd();
+    return 0;
+  }
   int create_srq(const CreateSrqReq& q, CreateSrqResp& r) {
     if (int e = quota(ObjKind::Srq)) return e;
     Obj* pd = find(q.pd, ObjKind::Pd);
@@ -732,6 +759,7 @@ bool ShimServer::handle(Client& c, const uint8_t* in, size_t n, const int* fds, 
       case Op::CreateChannel: run.operator()<Op::CreateChannel>([&](HandleResp& r) { return ops.create_channel(r); }); break;
       case Op::DestroyChannel: run.operator()<Op::DestroyChannel>([&](const HandleReq& q, Empty&) { return ops.destroy(q.handle, ObjKind::Channel, false); }); break;
       case Op::CreateCq: run.operator()<Op::CreateCq>([&](const CreateCqReq& q, CreateCqResp& r) { return ops.create_cq(q, r); }); break;
+      case Op::ResizeCq: run.operator()<Op::ResizeCq>([&](const ResizeCqReq& q, CreateCqResp& r) { return ops.resize_cq(q, r); }); break;
       case Op::DestroyCq: run.operator()<Op::DestroyCq>([&](const HandleReq& q, Empty&) { return ops.destroy(q.handle, ObjKind::Cq, false); }); break;
       case Op::CreateSrq: run.operator()<Op::CreateSrq>([&](const CreateSrqReq& q, CreateSrqResp& r) { return ops.create_srq(q, r); }); break;
       case Op::ModifySrq: run.operator()<Op::ModifySrq>([&](const ModifySrqReq& q, Empty&) {

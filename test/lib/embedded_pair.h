@@ -1,6 +1,7 @@
 // Test fixture: two embedded droce nodes (engine::Embedded) over a net_ring
 // pair in one process, on ports the test opens (the test's main has started
-// the EAL): a = 1st address on port A, b = 2nd on port B, one queue each.
+// the EAL): a = 1st address on port A, b = 2nd on port B, one queue (core
+// loop) each unless `loops` asks for more (the ring pair then has as many).
 // Used by test/engine/test_dataplane.cc, test/nvmf/host and test/nvmf/rdma.
 #pragma once
 
@@ -15,10 +16,11 @@
 namespace droce::testing {
 
 // An embedded node on port p (opened by the test, no EAL of its own) with
-// IPv4 address ip and room for 64 QPs and 64 MRs.
-inline engine::EmbedOptions embedded_on(dpdk::Port& p, const char* ip) {
+// IPv4 address ip, `loops` core loops (the port's queues) and room for 64 QPs and 64 MRs.
+inline engine::EmbedOptions embedded_on(dpdk::Port& p, const char* ip, uint16_t loops = 1) {
   engine::EmbedOptions o;
   o.port = &p;
+  o.queues = loops;
   o.init_eal = false;
   o.ipv4 = {ip};
   o.engine.max_qps = 64;
@@ -32,13 +34,14 @@ struct EmbeddedPair {
   dpdk::RingPair rings;
   dpdk::Port pa, pb;
   engine::Embedded a, b;
-  // name: the ring pair's (unique among the pairs alive at once); mbufs: each port's pool.
-  EmbeddedPair(const char* name, const char* ip_a, const char* ip_b, uint32_t mbufs = 4095)
-      : rings(name, 1),
-        pa(dpdk::PortConfig{.port_id = rings.port_a(), .mbufs = mbufs}),
-        pb(dpdk::PortConfig{.port_id = rings.port_b(), .mbufs = mbufs}),
-        a(embedded_on(pa, ip_a)),
-        b(embedded_on(pb, ip_b)) {}
+  // name: the ring pair's (unique among the pairs alive at once); mbufs: each
+  // port's pool; loops: RX/TX queues of each port = core loops of each node.
+  EmbeddedPair(const char* name, const char* ip_a, const char* ip_b, uint32_t mbufs = 4095, uint16_t loops = 1)
+      : rings(name, loops),
+        pa(dpdk::PortConfig{.port_id = rings.port_a(), .rx_queues = loops, .tx_queues = loops, .mbufs = mbufs}),
+        pb(dpdk::PortConfig{.port_id = rings.port_b(), .rx_queues = loops, .tx_queues = loops, .mbufs = mbufs}),
+        a(embedded_on(pa, ip_a, loops)),
+        b(embedded_on(pb, ip_b, loops)) {}
 };
 
 // Removes the first event of type t from v (into *out when out is given);

@@ -162,6 +162,13 @@ class LoopbackBackend : public ShimBackend {
     log("create_cq", c, out.id);
     return 0;
   }
+  int resize_cq(const ClientInfo& c, ObjId cq, droce_shm_ring_hdr* ring, uint32_t entries) override {
+    std::lock_guard<std::mutex> g(mu_);
+    auto it = cqs_.find(cq);
+    if (it == cqs_.end()) return -ENOENT;
+    log("resize_cq", c, cq);
+    return ring_move_unread(it->second.ring, ring, entries, 0);
+  }
   int destroy_cq(const ClientInfo& c, ObjId cq) override {
     std::lock_guard<std::mutex> g(mu_);
     log("destroy_cq", c, cq);

@@ -235,16 +235,8 @@ inline bool mr_valid(Node& n, const Node::Buf& b) {
   return n.eng->mrs().lookup(b.key, n.pd.handle, b.addr(), b.mem.size(), kAccessAll, nullptr) != nullptr;
 }
 
-// Runs the world until `count` completions arrived on cq (bounded by World::run).
-inline std::vector<Wc> wait_wcs(World& w, Node& n, Cq* cq, size_t count) {
-  std::vector<Wc> got;
-  w.run([&] {
-    auto x = n.drain(cq);
-    got.insert(got.end(), x.begin(), x.end());
-    return got.size() >= count;
-  });
-  return got;
-}
+// Runs the world until `count` completions arrived on cq (World::wait_wcs).
+inline std::vector<Wc> wait_wcs(World& w, Node& n, Cq* cq, size_t count) { return w.wait_wcs(n, cq, count); }
 
 inline void fill_random(std::vector<uint8_t>& v, uint64_t seed) {
   std::mt19937_64 r(seed);

@@ -28,6 +28,7 @@ struct RdmaTarget::Conn {
   wire::Gid remote{};
   wire::MacAddr mac{};
   uint64_t mac_deadline = 0;
+  uint16_t loop = 0;  // core loop of its QP, requests and IoRing (set when accepted)
   uint16_t depth = 0, slots = 0;
   uint32_t recv_size = 0;
   bool has_qp = false;
@@ -50,9 +51,10 @@ RdmaTarget::RdmaTarget(engine::Embedded& node, Target& target, const RdmaOptions
   limits_.max_qid = tc.max_io_queues;
   limits_.max_admin_depth = tc.admin_queue_depth;
   limits_.max_io_depth = tc.max_queue_depth;
+  rings_.resize(std::max<size_t>(1, node_.loops()));
   if (target_.has_file_namespace()) {
     try {
-      ring_.emplace(opt_.ring_entries);
+      for (auto& r : rings_) r = std::make_unique<IoRing>(opt_.ring_entries);
     } catch (const std::system_error& e) {
       throw std::runtime_error(std::string("nvmf rdma: the target has a file namespace but io_uring is unavailable (") +
                                e.what() + "; kernel.io_uring_disabled, seccomp or an old kernel?)");
@@ -175,6 +177,8 @@ bool RdmaTarget::try_accept(Conn& c) {
   qo.cap.max_send_sge = 1;
   qo.cap.max_recv_sge = 1;
   qo.cqe = qo.cap.max_send_wr + c.depth;
+  c.loop = static_cast<uint16_t>(loop_of(c.req.qid, loops()));
+  qo.loop = c.loop;
   try {
     c.qp = node_.create_qp(pd_, qo);
     c.has_qp = true;
@@ -193,7 +197,7 @@ bool RdmaTarget::try_accept(Conn& c) {
   qc.depth = c.depth;
   qc.slots = c.slots;
   qc.slot_buffer = slot_buffer;
-  qc.ring = c.req.qid != 0 && ring_ ? &*ring_ : nullptr;  // I/O queues: file namespaces through the loop's ring
+  qc.ring = c.req.qid != 0 ? rings_[c.loop].get() : nullptr;  // I/O queues: file namespaces through their loop's ring
   c.q = std::make_unique<Queue>(target_, qc, std::span<uint8_t>(c.mem + recv_len + cqe_len, data_len));
 
   cm::ConnParam p;
@@ -383,6 +387,31 @@ uint32_t RdmaTarget::post_actions(Conn& c) {
   return work;
 }
 
+// One core loop: its queues' completions and capsules, its IoRing, its
+// queues' actions. Touches nothing of another loop's queues.
+uint32_t RdmaTarget::poll_loop(size_t loop, uint64_t now, bool& gone) {
+  uint32_t work = 0;
+  // 1: completions and capsules into the queues (file commands go to the ring).
+  for (auto& cp : conns_) {
+    Conn& c = *cp;
+    if (c.loop != loop || !c.q || c.id == 0 || c.state == Conn::State::WaitMac) continue;
+    work += poll_queue(c, now);
+  }
+  // 2: the ring submits what they prepared and resumes what completed.
+  if (IoRing* r = rings_[loop].get()) work += static_cast<uint32_t>(r->poll());
+  // 3: what the queues want posted.
+  for (auto& cp : conns_) {
+    Conn& c = *cp;
+    if (c.loop != loop || !c.q || c.id == 0 || c.state == Conn::State::WaitMac) continue;
+    work += post_actions(c);
+    if ((c.failed || c.q->failed()) && c.state == Conn::State::Live) {
+      disconnect(c);
+      if (c.id == 0) gone = true;
+    }
+  }
+  return work;
+}
+
 uint32_t RdmaTarget::poll() {
   uint32_t work = node_.poll();
   if (!events_.empty()) {
@@ -393,31 +422,16 @@ uint32_t RdmaTarget::poll() {
   }
   const uint64_t now = node_.dataplane().clock().now_ns();
   bool gone = false;
-  // 1: completions and capsules into the queues (file commands go to the ring).
+  // The home loop's part: REQs waiting for the peer's MAC.
   for (auto& cp : conns_) {
     Conn& c = *cp;
-    if (c.state == Conn::State::WaitMac) {
-      if (!try_accept(c) && c.state != Conn::State::WaitMac) {
-        c.id = 0;
-        gone = true;
-      }
-      continue;
-    }
-    if (!c.q || c.id == 0) continue;
-    work += poll_queue(c, now);
-  }
-  // 2: the ring submits what they prepared and resumes what completed.
-  if (ring_) work += static_cast<uint32_t>(ring_->poll());
-  // 3: what the queues want posted.
-  for (auto& cp : conns_) {
-    Conn& c = *cp;
-    if (!c.q || c.id == 0 || c.state == Conn::State::WaitMac) continue;
-    work += post_actions(c);
-    if ((c.failed || c.q->failed()) && c.state == Conn::State::Live) {
-      disconnect(c);
-      if (c.id == 0) gone = true;
+    if (c.state != Conn::State::WaitMac) continue;
+    if (!try_accept(c) && c.state != Conn::State::WaitMac) {
+      c.id = 0;
+      gone = true;
     }
   }
+  for (size_t l = 0; l < rings_.size(); ++l) work += poll_loop(l, now, gone);
   if (gone) sweep();
   // Queues gone from the CM whose file commands were in the ring: destroyed
   // once the ring has given all of them back (their responses are dropped).
@@ -445,6 +459,7 @@ uint32_t RdmaTarget::poll() {
 
 QueueReport RdmaTarget::report_of(const Conn& c) const {
   QueueReport r;
+  r.loop = c.loop;
   r.qid = c.req.qid;
   r.cntlid = c.cntlid;
   r.depth = c.depth;
@@ -462,6 +477,22 @@ std::vector<QueueReport> RdmaTarget::report() const {
   for (const auto& c : conns_)
     if (c->q) out.push_back(report_of(*c));
   for (const auto& c : closing_) out.push_back(report_of(*c));
+  return out;
+}
+
+std::vector<LoopReport> RdmaTarget::loop_report() const {
+  std::vector<LoopReport> out(rings_.size());
+  for (size_t l = 0; l < out.size(); ++l) out[l].loop = static_cast<uint16_t>(l);
+  for (const QueueReport& q : report()) {
+    if (q.loop >= out.size()) continue;
+    LoopReport& l = out[q.loop];
+    if (!q.closed) ++l.live_queues;
+    l.commands += q.q.commands;
+    l.bytes_in += q.q.bytes_in;
+    l.bytes_out += q.q.bytes_out;
+    l.errors += q.q.errors;
+    l.file_commands += q.q.file_commands;
+  }
   return out;
 }
 

@@ -7,7 +7,9 @@
 // then moves bytes: received capsules to Queue::on_capsule (the receive is
 // reposted at once), the Queue's actions to RDMA READ / WRITE / SEND (with
 // Invalidate), work completions back. Nothing is allocated per command.
-// One thread: the application's poll loop (the node's).
+// Queues are spread over the node's core loops (Embedded::loops(): one RX/TX
+// queue, engine and IoRing each); one thread, the application's, drives them
+// all (lib/nvmf/README.md, "Several core loops").
 #pragma once
 
 #include <cstdint>
@@ -34,13 +36,14 @@ struct RdmaOptions {
   // plain SEND, the host invalidates its key itself (NVMe-oF leaves remote
   // invalidation to the target's choice).
   bool remote_invalidate = true;
-  // io_uring entries of the loop's IoRing (file namespaces only): the most
-  // file commands in flight at once (more wait in the ring's FIFO, counted).
+  // io_uring entries of each loop's IoRing (file namespaces only): the most
+  // file commands in flight at once per loop (more wait in the ring's FIFO, counted).
   unsigned ring_entries = 256;
 };
 
 // Counters of one queue (the Queue's own plus the glue's).
 struct QueueReport {
+  uint16_t loop = 0;  // the core loop the queue (its QP, requests, IoRing) lives on
   uint16_t qid = 0;
   uint16_t cntlid = 0;
   uint16_t depth = 0;
@@ -51,6 +54,14 @@ struct QueueReport {
   uint64_t post_errors = 0;  // work requests the engine refused
   uint64_t wc_errors = 0;    // send-side completions with an error status
   bool closed = false;       // gone before the report was made
+};
+
+// One core loop's share: its live queues and the sums over every queue it
+// served (closed ones included, as far as report() keeps them).
+struct LoopReport {
+  uint16_t loop = 0;
+  size_t live_queues = 0;
+  uint64_t commands = 0, bytes_in = 0, bytes_out = 0, errors = 0, file_commands = 0;
 };
 
 struct TargetCounters {
@@ -85,11 +96,17 @@ class RdmaTarget {
   // Queues: live ones and disconnected ones whose file commands are still
   // in the IoRing (destroyed by a later poll once none is left).
   size_t queues() const noexcept;
-  // The loop's io_uring (nullptr: no file namespace in the target).
-  const IoRing* ring() const noexcept { return ring_ ? &*ring_ : nullptr; }
+  // Core loops (the node's, Embedded::loops()): queue qid 0 on loop 0 (the
+  // home loop, where the CM runs), I/O queue n on loop n % loops().
+  size_t loops() const noexcept { return rings_.size(); }
+  static size_t loop_of(uint16_t qid, size_t loops) noexcept { return qid == 0 ? 0 : qid % loops; }
+  // A loop's io_uring (nullptr: no file namespace in the target).
+  const IoRing* ring(size_t loop = 0) const noexcept { return loop < rings_.size() ? rings_[loop].get() : nullptr; }
   const TargetCounters& counters() const noexcept { return ctr_; }
   // Live queues and, before them, the ones already closed (their last counters).
   std::vector<QueueReport> report() const;
+  // Per core loop: live queues, commands and bytes (from report()).
+  std::vector<LoopReport> loop_report() const;
   // The "ADDR:PORT" pairs listened on.
   const std::vector<std::string>& listening() const noexcept { return listening_; }
 
@@ -103,6 +120,7 @@ class RdmaTarget {
   void destroy(Conn& c);
   uint32_t poll_queue(Conn& c, uint64_t now);  // completions, capsules
   uint32_t post_actions(Conn& c);               // the Queue's actions as work requests
+  uint32_t poll_loop(size_t loop, uint64_t now, bool& gone);  // one loop's queues and ring
   bool release(Conn& c);  // destroy now (true), or park it while file commands are in the ring
   void sweep();           // conns_ with id 0 out (parked ones to closing_)
   void disconnect(Conn& c);
@@ -111,8 +129,9 @@ class RdmaTarget {
   engine::Embedded& node_;
   Target& target_;
   RdmaOptions opt_;
-  // Declared before the queues: it outlives them (members go in reverse).
-  std::optional<IoRing> ring_;
+  // One per core loop (entries null without a file namespace). Declared
+  // before the queues: they outlive them (members go in reverse).
+  std::vector<std::unique_ptr<IoRing>> rings_;
   CmLimits limits_;
   uint32_t pd_ = 0;
   std::vector<cm::ConnId> listeners_;

@@ -94,6 +94,18 @@ int ClientCq::attach(int fd, const CreateCqResp& r) {
   return ring_.attach(region_ring(region_, 0), r.ring_entries) ? 0 : -EPROTO;
 }
 
+int ClientCq::reattach(int fd, const CreateCqResp& r) {
+  ShmRegion region;
+  if (int rc = region.map(fd, r.region_size)) return rc;
+  RingSpec spec{DROCE_SHM_RING_CQ, r.ring_entries, sizeof(droce_shm_cqe), 0, 0};
+  if (!check_object_region(region, DROCE_SHM_REGION_CQ, &spec, 1)) return -EPROTO;
+  RingConsumer<droce_shm_cqe> ring;
+  if (!ring.attach(region_ring(region, 0), r.ring_entries)) return -EPROTO;
+  ring_ = ring;
+  region_ = std::move(region);
+  return 0;
+}
+
 int ClientCq::poll(int n, droce_shm_cqe* out) {
   uint32_t a = ring_.available();
   uint32_t k = std::min<uint32_t>(a, static_cast<uint32_t>(n > 0 ? n : 0));

@@ -71,9 +71,19 @@ class ClientCq {
  public:
   // Takes ownership of fd.
   int attach(int fd, const proto::CreateCqResp& r);
+  // After ResizeCq: maps the new region (takes ownership of fd) and reads
+  // from it; the old one is unmapped. On error the old one stays.
+  int reattach(int fd, const proto::CreateCqResp& r);
   // Copies up to n completions out and returns them to the ring in one
   // store. No syscall.
   int poll(int n, droce_shm_cqe* out);
+  // Extended polling (ibv_start_poll/next_poll/end_poll): the i-th unread
+  // completion in place (the daemon writes a slot only after it was
+  // returned), nullptr when there is none; consume() returns n in one store.
+  const droce_shm_cqe* peek(uint32_t i) { return ring_.peek(i); }
+  void consume(uint32_t n) {
+    if (n) ring_.release(n);
+  }
   void arm(bool solicited_only) { cq_arm(ring_.hdr(), solicited_only); }
   uint32_t events() { return cq_events(ring_.hdr()); }
   uint32_t overflows() { return ring_.hdr()->overflows; }

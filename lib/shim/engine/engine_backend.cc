@@ -364,6 +364,19 @@ int EngineShimBackend::create_cq(const ClientInfo& c, const CqSetup& s, CqResult
   return 0;
 }
 
+// On the owning core, between two polls: the unread completions (in the ring
+// and those still waiting in the engine CQ) must fit the new ring. The
+// engine CQ keeps its depth: it only holds what the ring has no room for.
+int EngineShimBackend::resize_cq(const ClientInfo&, ObjId id, droce_shm_ring_hdr* ring, uint32_t entries) {
+  auto it = cqs_.find(id);
+  if (it == cqs_.end()) return -ENOENT;
+  Cq* p = it->second.get();
+  return on_core(p->core, [p, ring, entries](engine::CoreLoop&) {
+    if (p->dead) return -EIO;
+    return ring_move_unread(p->ring, ring, entries, p->ecq->pending());
+  });
+}
+
 int EngineShimBackend::destroy_cq(const ClientInfo&, ObjId id) {
   auto it = cqs_.find(id);
   if (it == cqs_.end()) return -ENOENT;

@@ -83,6 +83,7 @@ class EngineShimBackend final : public ShimBackend {
   int dealloc_mw(const ClientInfo& c, ObjId mw) override;
   int create_cq(const ClientInfo& c, const CqSetup& s, CqResult& out) override;
   int destroy_cq(const ClientInfo& c, ObjId cq) override;
+  int resize_cq(const ClientInfo& c, ObjId cq, droce_shm_ring_hdr* ring, uint32_t ring_entries) override;
   int create_srq(const ClientInfo& c, const SrqSetup& s, SrqResult& out) override;
   int modify_srq(const ClientInfo& c, ObjId srq, const ibv_srq_attr& a, uint32_t mask) override;
   int query_srq(const ClientInfo& c, ObjId srq, ibv_srq_attr& out) override;

@@ -100,12 +100,20 @@ struct FChannel {
   std::vector<FCq*> cqs;
 };
 struct FCq {
-  ibv_cq cq;
+  // ibv_cq_ex begins with the fields of ibv_cq (ibv_cq_ex_to_cq is a cast).
+  union {
+    ibv_cq cq;
+    ibv_cq_ex cqx;  // CQs of ibv_create_cq_ex
+  };
   uint32_t handle;
   ClientCq ring;
   uint32_t events_seen = 0;
   FChannel* channel = nullptr;
   uint32_t empty_polls = 0;  // consecutive ibv_poll_cq calls that found nothing
+  // Extended polling, from ibv_start_poll to ibv_end_poll (ring.lock held):
+  // the current completion (in place in the ring) and how many are read.
+  const droce_shm_cqe* cur = nullptr;
+  uint32_t polled = 0;
 };
 
 // A program spinning on an empty CQ holds its CPU while the daemon's core,
@@ -127,10 +135,21 @@ struct FSrq {
   ClientSrq ring;
 };
 struct FQp {
-  ibv_qp qp;
+  // ibv_qp_ex begins with ibv_qp (as rdma-core's verbs_qp).
+  union {
+    ibv_qp qp;
+    ibv_qp_ex qpx;  // QPs of ibv_create_qp_ex with IBV_QP_INIT_ATTR_SEND_OPS_FLAGS
+  };
   uint32_t handle;
   ibv_qp_cap cap;
   uint32_t sq_sig_all;
+  bool is_ex;
+  // The ibv_wr_* batch, from ibv_wr_start to ibv_wr_complete/abort
+  // (ring.sq_lock held): WQEs filled but not published, free slots known,
+  // the first error (the batch is then dropped at wr_complete).
+  uint32_t wr_n;
+  uint32_t wr_free;
+  int wr_err;
   ClientQp ring;
 };
 struct FAh {
@@ -445,6 +464,291 @@ int req_notify_cq(ibv_cq* cq, int solicited_only) {
   return 0;
 }
 
+// ---- extended CQ (ibv_cq_ex: ibv_start_poll / ibv_next_poll / ibv_end_poll)
+// The completions are read in place in the ring; end_poll returns them all
+// with one store. start_poll takes the CQ's lock and end_poll drops it
+// (start_poll drops it itself when it finds nothing), as rdma-core's
+// providers do; nothing between allocates or locks.
+
+FCq* cq_of(ibv_cq_ex* c) { return reinterpret_cast<FCq*>(c); }
+
+int cq_start_poll(ibv_cq_ex* cx, ibv_poll_cq_attr* attr) {
+  FCq* c = cq_of(cx);
+  if (attr != nullptr && attr->comp_mask != 0) return EINVAL;
+  c->ring.lock.lock();
+  const droce_shm_cqe* e = c->ring.peek(0);
+  if (e == nullptr) {
+    c->ring.lock.unlock();
+    if (const uint32_t y = poll_yield_after(); y && ++c->empty_polls >= y) {
+      c->empty_polls = 0;
+      sched_yield();
+    }
+    return ENOENT;
+  }
+  c->empty_polls = 0;
+  c->cur = e;
+  c->polled = 1;
+  cx->status = static_cast<ibv_wc_status>(e->status);
+  cx->wr_id = e->wr_id;
+  return 0;
+}
+
+int cq_next_poll(ibv_cq_ex* cx) {
+  FCq* c = cq_of(cx);
+  const droce_shm_cqe* e = c->ring.peek(c->polled);
+  if (e == nullptr) return ENOENT;
+  c->cur = e;
+  c->polled++;
+  cx->status = static_cast<ibv_wc_status>(e->status);
+  cx->wr_id = e->wr_id;
+  return 0;
+}
+
+void cq_end_poll(ibv_cq_ex* cx) {
+  FCq* c = cq_of(cx);
+  c->ring.consume(c->polled);
+  c->polled = 0;
+  c->cur = nullptr;
+  c->ring.lock.unlock();
+}
+
+ibv_wc_opcode cq_read_opcode(ibv_cq_ex* c) { return static_cast<ibv_wc_opcode>(cq_of(c)->cur->opcode); }
+uint32_t cq_read_vendor_err(ibv_cq_ex* c) { return cq_of(c)->cur->vendor_err; }
+uint32_t cq_read_byte_len(ibv_cq_ex* c) { return cq_of(c)->cur->byte_len; }
+// The immediate (network order) or, with IBV_WC_WITH_INV, the invalidated
+// rkey (ibv_wc_read_invalidated_rkey reads the same field unconverted).
+__be32 cq_read_imm_data(ibv_cq_ex* c) { return cq_of(c)->cur->imm_data; }
+uint32_t cq_read_qp_num(ibv_cq_ex* c) { return cq_of(c)->cur->qp_num; }
+uint32_t cq_read_src_qp(ibv_cq_ex* c) { return cq_of(c)->cur->src_qp; }
+unsigned int cq_read_wc_flags(ibv_cq_ex* c) { return cq_of(c)->cur->wc_flags; }
+uint32_t cq_read_slid(ibv_cq_ex* c) { return cq_of(c)->cur->slid; }
+uint8_t cq_read_sl(ibv_cq_ex* c) { return cq_of(c)->cur->sl; }
+uint8_t cq_read_dlid_path_bits(ibv_cq_ex* c) { return cq_of(c)->cur->dlid_path_bits; }
+
+// What a completion carries (rxe's set): no completion timestamps (the
+// engine does not stamp completions), no VLAN, flow tag or tag matching.
+constexpr uint64_t kCqExWcFlags = IBV_WC_STANDARD_FLAGS;
+
+void set_cq_ex_ops(ibv_cq_ex& x) {
+  x.start_poll = cq_start_poll;
+  x.next_poll = cq_next_poll;
+  x.end_poll = cq_end_poll;
+  x.read_opcode = cq_read_opcode;
+  x.read_vendor_err = cq_read_vendor_err;
+  x.read_byte_len = cq_read_byte_len;
+  x.read_imm_data = cq_read_imm_data;
+  x.read_qp_num = cq_read_qp_num;
+  x.read_src_qp = cq_read_src_qp;
+  x.read_wc_flags = cq_read_wc_flags;
+  x.read_slid = cq_read_slid;
+  x.read_sl = cq_read_sl;
+  x.read_dlid_path_bits = cq_read_dlid_path_bits;
+}
+
+// ---- extended QP (ibv_qp_ex: the ibv_wr_* calls) -----------------------------
+// ibv_wr_start takes the send queue's lock, each builder fills the next free
+// slot of the send ring in place (wr_id and wr_flags from the ibv_qp_ex), the
+// setters complete the slot the last builder took, and ibv_wr_complete
+// publishes the whole batch with one store (the doorbell) and drops the
+// lock. The first error (ring full: ENOMEM; too many SGEs or inline bytes, no
+// AH: EINVAL) makes wr_complete drop the batch and return it, as
+// ibv_post_send would have refused the WR. Builders exist only for the
+// operations the QP was created with.
+
+FQp* qp_of(ibv_qp_ex* q) { return reinterpret_cast<FQp*>(q); }
+
+void wr_start(ibv_qp_ex* qx) {
+  FQp* q = qp_of(qx);
+  q->ring.sq_lock.lock();
+  q->wr_n = 0;
+  q->wr_err = 0;
+  q->wr_free = q->ring.sq.free_slots(1);
+}
+
+int wr_complete(ibv_qp_ex* qx) {
+  FQp* q = qp_of(qx);
+  const int err = q->wr_err;
+  if (err == 0 && q->wr_n) q->ring.sq.publish(q->wr_n);
+  q->wr_n = 0;
+  q->ring.sq_lock.unlock();
+  return err;
+}
+
+void wr_abort(ibv_qp_ex* qx) {
+  FQp* q = qp_of(qx);
+  q->wr_n = 0;  // never published: the slots are simply reused
+  q->ring.sq_lock.unlock();
+}
+
+// The next slot, initialised for `op`, or nullptr (the batch has failed).
+droce_shm_send_wqe* wr_next(FQp* q, uint8_t op) {
+  if (q->wr_err) return nullptr;
+  if (q->wr_n >= q->wr_free && (q->wr_free = q->ring.sq.free_slots(q->wr_n + 1)) <= q->wr_n) {
+    q->wr_err = ENOMEM;  // the send queue is full
+    return nullptr;
+  }
+  droce_shm_send_wqe* w = q->ring.sq.slot(q->wr_n++);
+  w->wr_id = q->qpx.wr_id;
+  w->remote_addr = 0;
+  w->compare_add = w->swap = 0;
+  w->rkey = 0;
+  w->imm_data = 0;
+  // Inline comes from wr_set_inline_data*, not from the flags.
+  w->send_flags = q->qpx.wr_flags & ~static_cast<uint32_t>(IBV_SEND_INLINE);
+  w->ah = w->remote_qpn = w->remote_qkey = 0;
+  w->opcode = op;
+  w->num_sge = 0;
+  w->inline_len = 0;
+  w->reserved = 0;
+  return w;
+}
+
+// The slot the last builder filled, or nullptr (none, or the batch failed).
+droce_shm_send_wqe* wr_last(FQp* q) {
+  if (q->wr_err || q->wr_n == 0) return nullptr;
+  return q->ring.sq.slot(q->wr_n - 1);
+}
+
+void wr_send(ibv_qp_ex* qx) { wr_next(qp_of(qx), DROCE_WR_SEND); }
+void wr_send_imm(ibv_qp_ex* qx, __be32 imm) {
+  if (auto* w = wr_next(qp_of(qx), DROCE_WR_SEND_WITH_IMM)) w->imm_data = imm;
+}
+void wr_send_inv(ibv_qp_ex* qx, uint32_t rkey) {
+  if (auto* w = wr_next(qp_of(qx), DROCE_WR_SEND_WITH_INV)) w->imm_data = rkey;
+}
+void wr_rdma_write(ibv_qp_ex* qx, uint32_t rkey, uint64_t addr) {
+  if (auto* w = wr_next(qp_of(qx), DROCE_WR_RDMA_WRITE)) {
+    w->rkey = rkey;
+    w->remote_addr = addr;
+  }
+}
+void wr_rdma_write_imm(ibv_qp_ex* qx, uint32_t rkey, uint64_t addr, __be32 imm) {
+  if (auto* w = wr_next(qp_of(qx), DROCE_WR_RDMA_WRITE_WITH_IMM)) {
+    w->rkey = rkey;
+    w->remote_addr = addr;
+    w->imm_data = imm;
+  }
+}
+void wr_rdma_read(ibv_qp_ex* qx, uint32_t rkey, uint64_t addr) {
+  if (auto* w = wr_next(qp_of(qx), DROCE_WR_RDMA_READ)) {
+    w->rkey = rkey;
+    w->remote_addr = addr;
+  }
+}
+void wr_atomic_cmp_swp(ibv_qp_ex* qx, uint32_t rkey, uint64_t addr, uint64_t compare, uint64_t swap) {
+  if (auto* w = wr_next(qp_of(qx), DROCE_WR_ATOMIC_CMP_AND_SWP)) {
+    w->rkey = rkey;
+    w->remote_addr = addr;
+    w->compare_add = compare;
+    w->swap = swap;
+  }
+}
+void wr_atomic_fetch_add(ibv_qp_ex* qx, uint32_t rkey, uint64_t addr, uint64_t add) {
+  if (auto* w = wr_next(qp_of(qx), DROCE_WR_ATOMIC_FETCH_AND_ADD)) {
+    w->rkey = rkey;
+    w->remote_addr = addr;
+    w->compare_add = add;
+  }
+}
+
+void wr_set_ud_addr(ibv_qp_ex* qx, ibv_ah* ah, uint32_t remote_qpn, uint32_t remote_qkey) {
+  FQp* q = qp_of(qx);
+  droce_shm_send_wqe* w = wr_last(q);
+  if (w == nullptr) return;
+  if (ah == nullptr) {
+    q->wr_err = EINVAL;
+    return;
+  }
+  w->ah = reinterpret_cast<const FAh*>(ah)->ah_num;
+  w->remote_qpn = remote_qpn;
+  w->remote_qkey = remote_qkey;
+}
+
+void wr_set_sge(ibv_qp_ex* qx, uint32_t lkey, uint64_t addr, uint32_t length) {
+  droce_shm_send_wqe* w = wr_last(qp_of(qx));
+  if (w == nullptr) return;
+  w->send_flags &= ~static_cast<uint32_t>(IBV_SEND_INLINE);
+  w->inline_len = 0;
+  w->num_sge = length ? 1 : 0;  // a zero-length message has no SGE (as rxe)
+  w->u.sge[0] = {addr, length, lkey};
+}
+
+void wr_set_sge_list(ibv_qp_ex* qx, size_t n, const ibv_sge* sg) {
+  FQp* q = qp_of(qx);
+  droce_shm_send_wqe* w = wr_last(q);
+  if (w == nullptr) return;
+  if (n > q->cap.max_send_sge) {
+    q->wr_err = EINVAL;
+    return;
+  }
+  w->send_flags &= ~static_cast<uint32_t>(IBV_SEND_INLINE);
+  w->inline_len = 0;
+  w->num_sge = static_cast<uint8_t>(n);
+  for (size_t i = 0; i < n; i++) w->u.sge[i] = {sg[i].addr, sg[i].length, sg[i].lkey};
+}
+
+// Inline data is copied now; the buffers need no registration.
+void wr_set_inline_data_list(ibv_qp_ex* qx, size_t n, const ibv_data_buf* bufs) {
+  FQp* q = qp_of(qx);
+  droce_shm_send_wqe* w = wr_last(q);
+  if (w == nullptr) return;
+  if (w->opcode == DROCE_WR_RDMA_READ || w->opcode == DROCE_WR_ATOMIC_CMP_AND_SWP ||
+      w->opcode == DROCE_WR_ATOMIC_FETCH_AND_ADD) {
+    q->wr_err = EINVAL;  // their data comes back: nothing to send inline
+    return;
+  }
+  const size_t max = std::min<size_t>(q->cap.max_inline_data, DROCE_SHM_MAX_INLINE);
+  size_t total = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (bufs[i].length > max - total) {
+      q->wr_err = EINVAL;
+      return;
+    }
+    std::memcpy(w->u.inline_data + total, bufs[i].addr, bufs[i].length);
+    total += bufs[i].length;
+  }
+  w->send_flags |= IBV_SEND_INLINE;
+  w->inline_len = static_cast<uint16_t>(total);
+  w->num_sge = 0;
+}
+
+void wr_set_inline_data(ibv_qp_ex* qx, void* addr, size_t length) {
+  const ibv_data_buf b{addr, length};
+  wr_set_inline_data_list(qx, 1, &b);
+}
+
+// The send operations each QP type offers (as ibv_post_send: kSendOps*);
+// LOCAL_INV, BIND_MW (no memory windows), TSO, FLUSH and ATOMIC_WRITE are not.
+constexpr uint64_t kQpExOpsRc = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |
+                                IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ |
+                                IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD |
+                                IBV_QP_EX_WITH_SEND_WITH_INV;
+constexpr uint64_t kQpExOpsUc = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |
+                                IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM;
+constexpr uint64_t kQpExOpsUd = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM;
+
+void set_qp_ex_ops(ibv_qp_ex& x, uint64_t ops) {
+  if (ops & IBV_QP_EX_WITH_SEND) x.wr_send = wr_send;
+  if (ops & IBV_QP_EX_WITH_SEND_WITH_IMM) x.wr_send_imm = wr_send_imm;
+  if (ops & IBV_QP_EX_WITH_SEND_WITH_INV) x.wr_send_inv = wr_send_inv;
+  if (ops & IBV_QP_EX_WITH_RDMA_WRITE) x.wr_rdma_write = wr_rdma_write;
+  if (ops & IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM) x.wr_rdma_write_imm = wr_rdma_write_imm;
+  if (ops & IBV_QP_EX_WITH_RDMA_READ) x.wr_rdma_read = wr_rdma_read;
+  if (ops & IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP) x.wr_atomic_cmp_swp = wr_atomic_cmp_swp;
+  if (ops & IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD) x.wr_atomic_fetch_add = wr_atomic_fetch_add;
+  x.wr_set_ud_addr = wr_set_ud_addr;
+  x.wr_set_sge = wr_set_sge;
+  x.wr_set_sge_list = wr_set_sge_list;
+  x.wr_set_inline_data = wr_set_inline_data;
+  x.wr_set_inline_data_list = wr_set_inline_data_list;
+  x.wr_start = wr_start;
+  x.wr_complete = wr_complete;
+  x.wr_abort = wr_abort;
+}
+
+ibv_qp* create_qp_ex(ibv_context* c, ibv_qp_init_attr_ex* a);
+ibv_cq_ex* create_cq_ex(ibv_context* c, ibv_cq_init_attr_ex* a);
+
 int vctx_query_port(ibv_context* c, uint8_t port, ibv_port_attr* attr, size_t len) {
   ibv_port_attr a{};
   int rc = conn_of(c).call<Op::QueryPort>({port}, a);
@@ -529,6 +833,8 @@ ibv_context* droce_v11_ibv_open_device(ibv_device* d) {
   verbs_context& v = f->vctx;
   v.sz = sizeof(verbs_context);
   v.query_port = vctx_query_port;
+  v.create_qp_ex = create_qp_ex;
+  v.create_cq_ex = create_cq_ex;
   v.query_device_ex = vctx_query_device_ex;
   ibv_context& c = v.context;
   c.device = d;
@@ -797,9 +1103,9 @@ DROCE_EXPORT int ibv_destroy_comp_channel(ibv_comp_channel* channel) {
   return 0;
 }
 
-DROCE_EXPORT ibv_cq* ibv_create_cq(ibv_context* c, int cqe, void* cq_context, ibv_comp_channel* channel,
-                                   int comp_vector) {
-  if (cqe < 1) return fail<ibv_cq>(-EINVAL);
+namespace {
+FCq* make_cq(ibv_context* c, int cqe, void* cq_context, ibv_comp_channel* channel, int comp_vector) {
+  if (cqe < 1) return fail<FCq>(-EINVAL);
   auto* ch = reinterpret_cast<FChannel*>(channel);
   CreateCqResp r{};
   int fd = -1, nfd = 0;
@@ -807,13 +1113,13 @@ DROCE_EXPORT ibv_cq* ibv_create_cq(ibv_context* c, int cqe, void* cq_context, ib
       {static_cast<uint32_t>(cqe), ch ? ch->handle : 0, static_cast<uint32_t>(comp_vector), 0}, r, nullptr, 0, &fd,
       1, &nfd);
   if (rc == 0 && nfd != 1) rc = -EPROTO;
-  if (rc != 0) return fail<ibv_cq>(rc);
+  if (rc != 0) return fail<FCq>(rc);
   auto* f = new_obj<FCq>();
   if (f == nullptr || (rc = f->ring.attach(fd, r)) != 0) {
     if (f != nullptr) delete_obj(f); else close(fd);
     Empty e;
     conn_of(c).call<Op::DestroyCq>({r.handle}, e);
-    return fail<ibv_cq>(rc ? rc : -ENOMEM);
+    return fail<FCq>(rc ? rc : -ENOMEM);
   }
   f->handle = r.handle;
   f->cq.context = c;
@@ -834,7 +1140,34 @@ DROCE_EXPORT ibv_cq* ibv_create_cq(ibv_context* c, int cqe, void* cq_context, ib
     std::lock_guard<std::mutex> g(as.mu);
     as.cqs[r.handle] = &f->cq;
   }
-  return &f->cq;
+  return f;
+}
+
+// verbs_context::create_cq_ex (ibv_create_cq_ex, inline in verbs.h).
+ibv_cq_ex* create_cq_ex(ibv_context* c, ibv_cq_init_attr_ex* a) {
+  if (a->comp_mask & ~static_cast<uint32_t>(IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD))
+    return fail<ibv_cq_ex>(-EINVAL);
+  if (a->wc_flags & ~kCqExWcFlags) return fail<ibv_cq_ex>(-EOPNOTSUPP);  // timestamps among them
+  // IBV_CREATE_CQ_ATTR_SINGLE_THREADED is a hint (the lock stays);
+  // IGNORE_OVERRUN would lose completions silently: not offered.
+  if ((a->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) &&
+      (a->flags & ~static_cast<uint32_t>(IBV_CREATE_CQ_ATTR_SINGLE_THREADED)))
+    return fail<ibv_cq_ex>(-EOPNOTSUPP);
+  if ((a->comp_mask & IBV_CQ_INIT_ATTR_MASK_PD) && a->parent_domain != nullptr)
+    return fail<ibv_cq_ex>(-EOPNOTSUPP);  // no parent domains
+  if (a->comp_vector >= static_cast<uint32_t>(c->num_comp_vectors)) return fail<ibv_cq_ex>(-EINVAL);
+  if (a->cqe > static_cast<uint32_t>(INT32_MAX)) return fail<ibv_cq_ex>(-EINVAL);
+  FCq* f = make_cq(c, static_cast<int>(a->cqe), a->cq_context, a->channel, static_cast<int>(a->comp_vector));
+  if (f == nullptr) return nullptr;
+  set_cq_ex_ops(f->cqx);
+  return &f->cqx;
+}
+}  // namespace
+
+DROCE_EXPORT ibv_cq* ibv_create_cq(ibv_context* c, int cqe, void* cq_context, ibv_comp_channel* channel,
+                                   int comp_vector) {
+  FCq* f = make_cq(c, cqe, cq_context, channel, comp_vector);
+  return f ? &f->cq : nullptr;
 }
 
 DROCE_EXPORT int ibv_destroy_cq(ibv_cq* cq) {
@@ -858,7 +1191,26 @@ DROCE_EXPORT int ibv_destroy_cq(ibv_cq* cq) {
   return 0;
 }
 
-DROCE_EXPORT int ibv_resize_cq(ibv_cq*, int) { return EOPNOTSUPP; }
+// The daemon builds a ring of the new size holding the unread completions
+// (EINVAL when more are unread than cqe) and the front switches to it. The
+// CQ's lock keeps pollers out meanwhile, the channel's lock keeps
+// ibv_get_cq_event off the old ring's event counter.
+DROCE_EXPORT int ibv_resize_cq(ibv_cq* cq, int cqe) {
+  auto* f = reinterpret_cast<FCq*>(cq);
+  if (cqe < 1) return EINVAL;
+  std::unique_lock<std::mutex> chl;
+  if (f->channel != nullptr) chl = std::unique_lock<std::mutex>(f->channel->mu);
+  std::lock_guard<SpinLock> g(f->ring.lock);
+  CreateCqResp r{};
+  int fd = -1, nfd = 0;
+  int rc = conn_of(cq->context).call<Op::ResizeCq>({f->handle, static_cast<uint32_t>(cqe)}, r, nullptr, 0, &fd, 1, &nfd);
+  if (rc == 0 && nfd != 1) rc = -EPROTO;
+  if (rc == 0) rc = f->ring.reattach(fd, r);
+  else if (fd >= 0) close(fd);
+  if (rc != 0) return -rc;
+  cq->cqe = static_cast<int>(r.cqe);
+  return 0;
+}
 
 // One eventfd token (EFD_SEMAPHORE) per event; the CQ it belongs to is the
 // one whose shared event counter moved past what we have handed out.
@@ -953,24 +1305,25 @@ DROCE_EXPORT int ibv_destroy_srq(ibv_srq* srq) {
 
 // ---- QP -------------------------------------------------------------------------
 
-DROCE_EXPORT ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* init) {
+namespace {
+FQp* make_qp(ibv_pd* pd, ibv_qp_init_attr* init) {
   auto* scq = reinterpret_cast<FCq*>(init->send_cq);
   auto* rcq = reinterpret_cast<FCq*>(init->recv_cq);
   auto* srq = reinterpret_cast<FSrq*>(init->srq);
-  if (scq == nullptr || rcq == nullptr) return fail<ibv_qp>(-EINVAL);
+  if (scq == nullptr || rcq == nullptr) return fail<FQp>(-EINVAL);
   CreateQpReq q{pd->handle, scq->handle, rcq->handle, srq ? srq->handle : 0,
                 static_cast<uint32_t>(init->qp_type), static_cast<uint32_t>(init->sq_sig_all), init->cap};
   CreateQpResp r{};
   int fd = -1, nfd = 0;
   int rc = conn_of(pd->context).call<Op::CreateQp>(q, r, nullptr, 0, &fd, 1, &nfd);
   if (rc == 0 && nfd != 1) rc = -EPROTO;
-  if (rc != 0) return fail<ibv_qp>(rc);
+  if (rc != 0) return fail<FQp>(rc);
   auto* f = new_obj<FQp>();
   if (f == nullptr || (rc = f->ring.attach(fd, r, srq != nullptr)) != 0) {
     if (f != nullptr) delete_obj(f); else close(fd);
     Empty e;
     conn_of(pd->context).call<Op::DestroyQp>({r.handle}, e);
-    return fail<ibv_qp>(rc ? rc : -ENOMEM);
+    return fail<FQp>(rc ? rc : -ENOMEM);
   }
   f->handle = r.handle;
   f->cap = r.cap;
@@ -994,7 +1347,40 @@ DROCE_EXPORT ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* init) {
     std::lock_guard<std::mutex> g(as.mu);
     as.qps[r.handle] = &qp;
   }
-  return &qp;
+  return f;
+}
+
+// verbs_context::create_qp_ex (ibv_create_qp_ex, inline in verbs.h, comes
+// here for any comp_mask other than PD alone). As rxe: a PD, no create
+// flags, and send_ops_flags within what the QP type offers, else EOPNOTSUPP.
+ibv_qp* create_qp_ex(ibv_context* c, ibv_qp_init_attr_ex* a) {
+  constexpr uint32_t kMask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+  if (a->comp_mask & ~kMask) return fail<ibv_qp>(-EOPNOTSUPP);
+  if ((a->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && a->create_flags != 0) return fail<ibv_qp>(-EOPNOTSUPP);
+  if (!(a->comp_mask & IBV_QP_INIT_ATTR_PD) || a->pd == nullptr || a->pd->context != c)
+    return fail<ibv_qp>(-EINVAL);
+  const bool ex = a->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+  if (ex) {
+    const uint64_t ok = a->qp_type == IBV_QPT_RC ? kQpExOpsRc
+                        : a->qp_type == IBV_QPT_UC ? kQpExOpsUc
+                        : a->qp_type == IBV_QPT_UD ? kQpExOpsUd
+                                                   : 0;
+    if (ok == 0 || (a->send_ops_flags & ~ok)) return fail<ibv_qp>(-EOPNOTSUPP);
+  }
+  // ibv_qp_init_attr_ex begins with the fields of ibv_qp_init_attr.
+  FQp* f = make_qp(a->pd, reinterpret_cast<ibv_qp_init_attr*>(a));
+  if (f == nullptr) return nullptr;
+  if (ex) {
+    f->is_ex = true;
+    set_qp_ex_ops(f->qpx, a->send_ops_flags);
+  }
+  return &f->qp;
+}
+}  // namespace
+
+DROCE_EXPORT ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* init) {
+  FQp* f = make_qp(pd, init);
+  return f ? &f->qp : nullptr;
 }
 
 DROCE_EXPORT int ibv_modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int mask) {
@@ -1041,10 +1427,11 @@ DROCE_EXPORT int ibv_destroy_qp(ibv_qp* qp) {
   return 0;
 }
 
-DROCE_EXPORT ibv_qp_ex* ibv_qp_to_qp_ex(ibv_qp*) {
-  // The ibv_wr_* API is not offered; programs fall back to ibv_post_send.
-  errno = EOPNOTSUPP;
-  return nullptr;
+// The ibv_wr_* view of a QP created by ibv_create_qp_ex with
+// IBV_QP_INIT_ATTR_SEND_OPS_FLAGS; NULL for others (as rdma-core).
+DROCE_EXPORT ibv_qp_ex* ibv_qp_to_qp_ex(ibv_qp* qp) {
+  auto* f = reinterpret_cast<FQp*>(qp);
+  return f->is_ex ? &f->qpx : nullptr;
 }
 
 DROCE_EXPORT int ibv_query_qp_data_in_order(ibv_qp*, ibv_wr_opcode, uint32_t) { return 0; }

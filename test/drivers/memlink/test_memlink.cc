@@ -1,5 +1,6 @@
 // drivers/memlink: delivery by MAC, virtual-time delay, reordering, loss,
-// duplication, corruption (fails ICRC), CE marking, pool accounting.
+// duplication, corruption (fails ICRC), CE marking, pool accounting, line
+// rate, the bottleneck queue (rate, RED/ECN marking, tail drop).
 #include <catch2/catch.hpp>
 
 #include <vector>
@@ -114,4 +115,65 @@ TEST_CASE("memlink: seeded faults are counted and corruption fails ICRC", "[meml
   for (int i = 0; i < n; ++i) send(a2, 2, static_cast<uint32_t>(i));
   clock2.advance(1'000'000);
   CHECK(receive(b2) == got);
+}
+
+TEST_CASE("memlink: a bottleneck queue drains at its rate, marks above Kmax and drops past its limit", "[memlink]") {
+  // 100-byte payloads make 158-byte frames; 1.264 Gb/s drains one per microsecond.
+  constexpr uint64_t kRate = 158ull * 8 * 1'000'000;
+  memlink::VirtualClock clock;
+  memlink::Link link(clock, 1, 64, 2048);
+  auto& a = link.add_port(mac(1));
+  auto& b = link.add_port(mac(2));
+  memlink::Bottleneck bn;
+  bn.rate_bps = kRate;
+  bn.kmin_bytes = 300;
+  bn.kmax_bytes = 600;
+  bn.pmax = 0;  // only the queue past Kmax marks: deterministic
+  bn.limit_bytes = 100'000;
+  b.set_bottleneck(bn);
+  const uint64_t t0 = clock.now_ns();
+  for (uint32_t i = 0; i < 10; ++i) send(a, 2, i);
+  CHECK(b.bottleneck_queue_bytes(t0 + 0) == 1580);
+  CHECK(b.bottleneck_max_queue_bytes() == 1580);
+  clock.set(t0 + 999);
+  CHECK(receive(b).empty());
+  clock.set(t0 + 1000);
+  CHECK(receive(b) == std::vector<uint32_t>{0});
+  clock.set(t0 + 5000);
+  CHECK(receive(b).size() == 4);
+  CHECK(b.bottleneck_queue_bytes(t0 + 5000) == 790);
+  int ce = 0;
+  clock.set(t0 + 10'000);
+  CHECK(receive(b, nullptr, &ce).size() == 5);
+  // Frames found 0, 158, ..., 1422 bytes queued: the six at 632 and above were marked.
+  CHECK(link.counter(memlink::Counter::BottleneckMarked) == 6);
+  CHECK(ce == 5);  // the sixth (frame 4, 632 bytes ahead of it) arrived by 5000
+  CHECK(b.bottleneck_queue_bytes(t0 + 10'000) == 0);
+
+  // Tail drop: a 790-byte limit takes five frames of a burst of ten.
+  bn.limit_bytes = 790;
+  bn.ecn = false;
+  b.set_bottleneck(bn);
+  for (uint32_t i = 0; i < 10; ++i) send(a, 2, 100 + i);
+  clock.set(t0 + 20'000);
+  CHECK(receive(b).size() == 5);
+  CHECK(link.counter(memlink::Counter::BottleneckDrop) == 5);
+  CHECK(link.counter(memlink::Counter::BottleneckMarked) == 6);  // ecn off: none more
+  CHECK(link.free_bufs() == 64);
+}
+
+TEST_CASE("memlink: a port's line rate spaces the frames it sends", "[memlink]") {
+  memlink::VirtualClock clock;
+  memlink::Link link(clock, 1, 64, 2048);
+  auto& a = link.add_port(mac(1));
+  auto& b = link.add_port(mac(2));
+  a.set_tx_rate(158ull * 8 * 1'000'000 / 2);  // 2 us a frame
+  const uint64_t t0 = clock.now_ns();
+  for (uint32_t i = 0; i < 3; ++i) send(a, 2, i);
+  clock.set(t0 + 1999);
+  CHECK(receive(b).empty());
+  clock.set(t0 + 2000);
+  CHECK(receive(b).size() == 1);
+  clock.set(t0 + 6000);
+  CHECK(receive(b).size() == 2);
 }

@@ -21,6 +21,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "dpdk/eal.h"
@@ -30,6 +31,8 @@
 #include "nvmf/capsule.h"
 #include "nvmf/cm_private.h"
 #include "nvmf/le.h"
+#include "control/client.h"
+#include "nvmf/rdma/control.h"
 #include "nvmf/rdma/target.h"
 
 using namespace droce;
@@ -61,7 +64,9 @@ struct Rig : testing::EmbeddedPair {
   uint16_t next_port = 40000;
 
   // add: the subsystem's namespaces (none given: a 4 MiB RAM disk as nsid 1).
-  explicit Rig(const TargetConfig& tc, const std::function<void(Subsystem&)>& add = {}) : EmbeddedPair("nvmfrdma", "10.64.0.1", "10.64.0.2"), target(tc) {
+  // loops: core loops of both nodes (the net_ring pair gets as many queues).
+  explicit Rig(const TargetConfig& tc, const std::function<void(Subsystem&)>& add = {}, uint16_t loops = 1)
+      : EmbeddedPair("nvmfrdma", "10.64.0.1", "10.64.0.2", 4095, loops), target(tc) {
     Subsystem& s = target.add_subsystem(kSub, "RING0", false);
     s.allow_host(kHost);
     if (add)
@@ -581,6 +586,215 @@ TEST_CASE("nvmf rdma: a queue disconnected with a file command in the ring is de
   r.tgt->disconnect_all();
   REQUIRE(r.until([&] { return r.tgt->queues() == 0; }));
   ::close(wfd);
+  r.a.destroy_qp(adm.qp);
+  r.a.destroy_qp(io.qp);
+}
+
+TEST_CASE("nvmf rdma: cores = 2: I/O queues placed on both core loops, commands served by each loop's engine and "
+          "io_uring",
+          "[nvmf][rdma][cores]") {
+  TempDir dir;
+  const std::string img = dir.path + "/disk.img";
+  TargetConfig tc = tcfg();
+  tc.max_io_queues = 4;
+  Rig r(tc, [&](Subsystem& s) { s.add_namespace(Namespace::file({1, 512, 4 << 20}, kSub, img)); }, 2);
+  REQUIRE(r.b.loops() == 2);
+  REQUIRE(r.tgt->loops() == 2);
+  REQUIRE(r.tgt->ring(0) != nullptr);
+  REQUIRE(r.tgt->ring(1) != nullptr);
+  CHECK(r.tgt->ring(0) != r.tgt->ring(1));
+
+  HostQueue adm;
+  REQUIRE(r.connect(adm, 0, 31) == CmStatus::Ok);
+  Sqe c = Rig::cmd(0x7f);
+  encode_connect(c, ConnectCmd{0, 0, 31, 0, 0});
+  auto cd = r.connect_data(kCntlidDynamic);
+  std::memcpy(r.mem + kDataOff, cd.data(), cd.size());
+  r.keyed(c, kDataOff, kConnectDataSize);
+  Cqe rc = r.run(adm, c);
+  REQUIRE(rc.status.ok());
+  const uint16_t cntlid = static_cast<uint16_t>(rc.result);
+  Sqe ps = Rig::cmd(0x7f);
+  encode_property(ps, FabricsType::PropertySet, PropertyCmd{false, 0x14, 0x00460001});
+  REQUIRE(r.run(adm, ps).status.ok());
+
+  // I/O queues 2, 1, 3 in that order (round robin would put qid 2 on loop 1):
+  // qid n belongs on loop n % 2.
+  const uint16_t qids[] = {2, 1, 3};
+  HostQueue io[3];
+  for (int i = 0; i < 3; ++i) {
+    REQUIRE(r.connect(io[i], qids[i], 31) == CmStatus::Ok);
+    Sqe ic = Rig::cmd(0x7f);
+    encode_connect(ic, ConnectCmd{0, qids[i], 31, 0, 0});
+    encode_sgl(ic.dptr, Sgl{SglKind::InCapsule, 0, kConnectDataSize});
+    auto icd = r.connect_data(cntlid);
+    REQUIRE(r.run(io[i], ic, icd).status.ok());
+  }
+  // Per queue: 4 writes of 4 KiB (in the capsule) at its own LBAs, read back by RDMA WRITE, compared.
+  for (int round = 0; round < 4; ++round)
+    for (int i = 0; i < 3; ++i) {
+      const uint32_t lba = static_cast<uint32_t>(qids[i] * 256 + round * 8);
+      auto data = pattern(4096, static_cast<uint32_t>(qids[i] * 10 + round));
+      Sqe w = Rig::cmd(0x01, 1);
+      w.cdw10 = lba;
+      w.cdw12 = 7;
+      encode_sgl(w.dptr, Sgl{SglKind::InCapsule, 0, 4096});
+      REQUIRE(r.run(io[i], w, data).status.ok());
+      std::memset(r.mem + kDataOff + 65536, 0, 4096);
+      Sqe rd = Rig::cmd(0x02, 1);
+      rd.cdw10 = lba;
+      rd.cdw12 = 7;
+      r.keyed(rd, kDataOff + 65536, 4096);
+      REQUIRE(r.run(io[i], rd).status.ok());
+      CHECK(std::memcmp(r.mem + kDataOff + 65536, data.data(), 4096) == 0);
+    }
+
+  // Each queue on loop qid % 2 (admin: loop 0), its QP of that loop's QPN residue
+  // (the engine that owns it), each loop's commands counted apart.
+  auto rep = r.tgt->report();
+  REQUIRE(rep.size() == 4);
+  uint64_t per_loop[2] = {0, 0};
+  for (const auto& q : rep) {
+    CHECK(q.loop == rdma::RdmaTarget::loop_of(q.qid, 2));
+    CHECK(q.loop == (q.qid == 0 ? 0 : q.qid % 2));
+    CHECK(r.b.dataplane().owner_core(0, q.qpn) == r.b.dataplane().port_cores(0)[q.loop]);
+    CHECK(q.q.errors == 0);
+    per_loop[q.loop] += q.q.commands;
+  }
+  auto loops = r.tgt->loop_report();
+  REQUIRE(loops.size() == 2);
+  CHECK(loops[0].live_queues == 2);  // admin + qid 2
+  CHECK(loops[1].live_queues == 2);  // qid 1 and 3
+  CHECK(loops[0].commands == per_loop[0]);
+  CHECK(loops[1].commands == per_loop[1]);
+  CHECK(loops[0].commands == 2 + 1 + 8);      // admin Connect + Property Set; qid 2: Connect + 8 I/O
+  CHECK(loops[1].commands == 2 * (1 + 8));    // qid 1 and 3
+  CHECK(loops[0].file_commands == 8);
+  CHECK(loops[1].file_commands == 16);
+  // The file commands went through the io_uring of their own loop.
+  CHECK(r.tgt->ring(0)->counters().completed == 8);
+  CHECK(r.tgt->ring(1)->counters().completed == 16);
+  // And the frames through both loops' engines.
+  for (size_t l = 0; l < 2; ++l) {
+    size_t qps_here = 0;
+    for (const auto& qi : r.b.dataplane().qps())
+      if (qi.core == r.b.dataplane().port_cores(0)[l] && qi.type == verbs::QpType::RC && qi.ctr.rx_packets > 0) ++qps_here;
+    CHECK(qps_here == 2);
+  }
+
+  r.tgt->disconnect_all();
+  REQUIRE(r.until([&] { return r.tgt->queues() == 0; }));
+  CHECK(r.target.controllers() == 0);
+  r.a.destroy_qp(adm.qp);
+  for (auto& q : io) r.a.destroy_qp(q.qp);
+}
+
+TEST_CASE("nvmf rdma: counters through the control socket at run time, served by the poll loop",
+          "[nvmf][rdma][control]") {
+  TempDir dir;
+  const std::string sock = dir.path + "/nvmf.sock";
+  Rig r(tcfg());
+  HostQueue adm, io;
+  const uint16_t cntlid = r.bring_up(adm, io);
+  rdma::ControlPort ctl(*r.tgt, sock, 500);
+  auto io_cmd = [&](uint32_t lba) {
+    Sqe rd = Rig::cmd(0x02, 1);
+    rd.cdw10 = lba;
+    rd.cdw12 = 7;
+    r.keyed(rd, kDataOff, 4096);
+    REQUIRE(r.run(io, rd).status.ok());
+  };
+  for (uint32_t i = 0; i < 5; ++i) io_cmd(i * 8);
+
+  // A client on another thread; this thread keeps polling (and serving) until it has its answer.
+  auto ask = [&](const control::json& args) {
+    control::json result;
+    std::string error;
+    std::atomic<bool> done{false};
+    std::thread th([&] {
+      try {
+        control::Client c(sock, 5000);
+        result = c.call("nvmf", args);
+      } catch (const std::exception& e) {
+        error = e.what();
+      }
+      done = true;
+    });
+    const bool ok = r.until([&] {
+      ctl.service();
+      return done.load();
+    });
+    th.join();
+    REQUIRE(ok);
+    INFO(error);
+    REQUIRE(error.empty());
+    return result;
+  };
+  control::json j = ask(control::json::object());
+  CHECK(j["target"]["accepted"] == 2);
+  CHECK(j["target"]["live_queues"] == 2);
+  REQUIRE(j["loops"].size() == 1);
+  CHECK(j["loops"][0]["live_queues"] == 2);
+  REQUIRE(j["queues"].size() == 2);
+  const control::json* q1 = nullptr;
+  for (const auto& q : j["queues"])
+    if (q["qid"] == 1) q1 = &q;
+  REQUIRE(q1);
+  CHECK((*q1)["cntlid"] == cntlid);
+  CHECK((*q1)["state"] == "live");
+  CHECK((*q1)["commands"] == 1 + 5);  // Connect + 5 reads
+  CHECK((*q1)["bytes_out"] == 5 * 4096);
+  CHECK((*q1)["lat_n"] == 6);
+  CHECK((*q1)["p50_us"].get<double>() > 0);
+  CHECK((*q1)["max_us"].get<double>() >= (*q1)["p99_us"].get<double>());
+  CHECK(!q1->contains("latency_hist"));
+
+  // Live: three more reads show up in the next answer, with the histogram this time.
+  for (uint32_t i = 0; i < 3; ++i) io_cmd(64 + i * 8);
+  j = ask({{"histogram", true}});
+  for (const auto& q : j["queues"]) {
+    if (q["qid"] != 1) continue;
+    CHECK(q["commands"] == 9);
+    uint64_t n = 0;
+    for (const auto& b : q["latency_hist"]) n += b[1].get<uint64_t>();
+    CHECK(n == 9);
+  }
+  CHECK(ctl.snapshots() == 2);
+
+  // A bad argument is an error answer; a loop that does not serve is a bounded error, not a hang.
+  {
+    std::string error;
+    std::thread th([&] {
+      try {
+        control::Client c(sock, 5000);
+        c.call("nvmf", {{"histogram", 3}});
+      } catch (const control::RemoteError& e) {
+        error = e.what();
+      }
+    });
+    th.join();  // answered by the server thread itself
+    CHECK_THAT(error, Catch::Contains("histogram"));
+  }
+  {
+    std::string error;
+    const auto t0 = std::chrono::steady_clock::now();
+    std::thread th([&] {
+      try {
+        control::Client c(sock, 5000);
+        c.call("nvmf");
+      } catch (const control::RemoteError& e) {
+        error = e.what();
+      }
+    });
+    th.join();  // nobody calls service(): the 500 ms answer timeout
+    CHECK_THAT(error, Catch::Contains("did not answer"));
+    CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(3));
+  }
+  ctl.service();  // the late request is served and dropped
+  CHECK(ctl.server().counters().get(control::ControlCounter::requests) >= 4);
+
+  r.tgt->disconnect_all();
+  REQUIRE(r.until([&] { return r.tgt->queues() == 0; }));
   r.a.destroy_qp(adm.qp);
   r.a.destroy_qp(io.qp);
 }

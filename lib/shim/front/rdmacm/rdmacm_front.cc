@@ -862,8 +862,8 @@ DROCE_EXPORT int rdma_create_qp_ex(rdma_cm_id* id, ibv_qp_init_attr_ex* attr) {
     return fail(EINVAL);
   }
   if (attr->pd == nullptr) return fail(EINVAL);
-  // droce has no extended QP creation (XRC, create flags, send ops): the
-  // drop-in libibverbs creates plain RC/UC/UD QPs.
+  // No XRC or create flags on droce; send ops (the drop-in's ibv_create_qp_ex)
+  // are not passed through yet: plain RC/UC/UD QPs.
   if (attr->comp_mask & ~static_cast<uint32_t>(IBV_QP_INIT_ATTR_PD)) return fail(EOPNOTSUPP);
   if ((id->recv_cq && attr->recv_cq && id->recv_cq != attr->recv_cq) ||
       (id->send_cq && attr->send_cq && id->send_cq != attr->send_cq))
