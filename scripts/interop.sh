@@ -27,10 +27,10 @@
 #             15 minutes under TCG
 #     --full  the whole matrix: sizes 2 B..8 MiB (-a) where the tool has it, else
 #             2 B/4 KiB/64 KiB/1 MiB, UC/UD perftest, loss on both sides, MTU 1024 and 4096
-#     --cm    only the RDMA CM runs (issue 10): rdmacm-utils (rping -v -V, ucmatose, udaddy,
+#     --cm    only the RDMA CM runs (issue 10): rdmacm-utils (rping -v -V, ucmatose, udaddy, mckey,
 #             rdma_server/rdma_client, cmtime), perftest -R, qperf -cm1 through the drop-in
 #             librdmacm.so.1, both directions, 1% loss per side (rping), a REQ nobody listens
-#             to (REJ), a killed host program. --ci runs rping, udaddy, ib_send_bw -R and the
+#             to (REJ), a killed host program. --ci runs rping, udaddy, mckey, ib_send_bw -R and the
 #             REJ both ways (cm_ci, CM_IN_CI); --full all of them once CM_IN_FULL is 1.
 #     --nvmf  only the NVMe-oF runs (issue 11): app/droce-nvmf (config/nvmf.toml) as the target,
 #             the guest's kernel nvme-rdma host: discover, connect, fio randwrite + read with
@@ -871,6 +871,87 @@ run_cm() {
   [ $res = PASS ]
 }
 
+# run_mckey mckey DIR MTU LOSS ITERS: Debian's mckey (UD multicast through rdma_join_multicast_ex,
+# MULTICAST_JOIN and ibv_attach_mcast, SENDs to QPN 0xFFFFFF with Q_Key RDMA_UDP_QKEY) between
+# droced (drop-in librdmacm) and the guest's kernel rdma_cm over rxe0. The receiver joins a
+# 239.77.0.x group and waits for ITERS messages (mckey's own wait has no timeout: `timeout`
+# bounds it); the sender on the other side starts once the receiver has joined (droce: its
+# "mckey: joined" line, line-buffered with stdbuf -oL; rxe: the guest kernel lists the group on its interface, the IGMP join
+# cma makes for RoCEv2) and sends ITERS. PASS: both exit 0 with "data transfers complete",
+# the receiver got the group's MGID (::ffff:239.77.0.x), droce's frames pass the capture
+# checks, and for d2r the capture holds ITERS droce frames to the group's MAC and QPN 0xFFFFFF.
+run_mckey() {
+  local dir=$2 mtu=$3 loss=$4 iters=$5
+  [ -n "$DROCED_PID" ] && [ "$DROCED_MTU" = "$CUR_MTU" ] || start_droced "$CUR_MTU"
+  PORT=$((PORT + 1))
+  local group=239.77.0.$((PORT % 200 + 20))
+  local tag="cm-mckey-$dir-${loss//[:.]/_}"
+  local pcap="$OUT/$tag.pcap" hlog="$OUT/$tag.host.log" glog="$OUT/$tag.guest.log"
+  local host=(ip netns exec "$NS" env LD_LIBRARY_PATH="$RDMACMLIB:$SHIMLIB" DROCE_SOCKET="$VERBS_SOCK")
+  local tmo=90 hrc=0 grc=0 note="" job i before after
+  echo "== CM mckey $dir group $group iters $iters"
+  before=$(mktemp); after=$(mktemp)
+  tcounters >"$before"
+  loss_on "$loss"
+  capture_start "$pcap"
+  if [ "$dir" = d2r ]; then
+    job=$(rx 30 exec "$G1" --bg --timeout "$tmo" -- mckey -m "$group" -b "$G1_IP" -C "$iters")
+    for i in $(seq 1 60); do
+      rx 20 exec "$G1" --timeout 10 -- ip maddr show 2>/dev/null | grep -qw "inet *${group//./\\.}" && break
+      sleep 0.5
+    done
+    [ "$i" -lt 60 ] || note="the rxe receiver did not join $group"
+    "${host[@]}" timeout -k 5 "$tmo" mckey -m "$group" -b "$DROCE_IP" -s -C "$iters" >"$hlog" 2>&1
+    hrc=$?
+    [ "$hrc" -eq 0 ] || rx 30 kill "$G1" "$job" >/dev/null 2>&1
+    rx $((tmo + 30)) wait "$G1" "$job" --timeout "$((tmo + 10))" >"$glog" 2>&1
+    grc=$?
+  else
+    "${host[@]}" timeout -k 5 "$tmo" stdbuf -oL mckey -m "$group" -b "$DROCE_IP" -C "$iters" >"$hlog" 2>&1 &
+    HOST_PID=$!
+    for i in $(seq 1 300); do
+      grep -q '^mckey: joined' "$hlog" && break
+      kill -0 "$HOST_PID" 2>/dev/null || break
+      sleep 0.1
+    done
+    grep -q '^mckey: joined' "$hlog" || note="the droce receiver did not join $group"
+    rx $((tmo + 30)) exec "$G1" --timeout "$tmo" -- mckey -m "$group" -b "$G1_IP" -s -C "$iters" >"$glog" 2>&1
+    grc=$?
+    wait "$HOST_PID"  # ends by itself with all ITERS messages, else its timeout
+    hrc=$?
+    HOST_PID=
+  fi
+  capture_stop
+  loss_off "$loss"
+  tcounters >"$after"
+  local retx
+  retx=$(tdelta "$before" "$after")
+  rm -f "$before" "$after"
+  local n bad mal ttl gmac to_group
+  IFS=/ read -r n bad mal ttl <<<"$(check_capture "$pcap" "$DROCE_MAC")"
+  local o1 o2 o3 o4
+  IFS=. read -r o1 o2 o3 o4 <<<"$group"
+  gmac=$(printf '01:00:5e:%02x:%02x:%02x' $((o2 & 127)) "$o3" "$o4")  # RFC 1112: the low 23 bits
+  to_group=$(tshark -r "$pcap" -Y "eth.src==$DROCE_MAC && eth.dst==$gmac && infiniband.bth.destqp == 0xffffff" 2>/dev/null | grep -c .)
+  local rlog=$glog slog=$hlog
+  [ "$dir" = r2d ] && { rlog=$hlog; slog=$glog; }
+  local res=PASS
+  if [ -n "$note" ] || [ "$hrc" -ne 0 ] || [ "$grc" -ne 0 ] ||
+     ! grep -q "data transfers complete" "$rlog" || ! grep -q "data transfers complete" "$slog" ||
+     ! grep -q "joined dgid: ::ffff:$group" "$rlog" ||
+     grep -qiE "failed|failure|error|unable" "$hlog" "$glog" ||
+     [ "$bad" != 0 ] || [ "$mal" != 0 ] || [ "$ttl" != 0 ] ||
+     { [ "$dir" = d2r ] && [ "$to_group" -lt "$iters" ]; }; then
+    res=FAIL
+    FAILS=$((FAILS + 1))
+    echo "   FAILED (host rc $hrc, guest rc $grc, droce frames $n, to the group $to_group, bad ICRC $bad, malformed $mal, TTL not 64 $ttl${note:+; $note})"
+    tail -n 8 "$hlog" | sed 's/^/   droce: /'
+    tail -n 8 "$glog" | sed 's/^/   rxe:   /'
+  fi
+  row mckey cm "$dir" "$mtu" "$loss" "-" "$res" "$iters msgs to $group ${retx}" "droce frames $n to-group $to_group icrc-bad $bad malformed $mal ttl!=64 $ttl"
+  [ $res = PASS ]
+}
+
 # ---- NVMe over Fabrics (issue 11): the guest's kernel nvme-rdma host against app/droce-nvmf ----
 # droce side: droce-nvmf (config/nvmf.toml: one 128 MiB RAM namespace, any host) on dpdk0 at
 # $DROCE_IP; droced is stopped meanwhile (both would own dpdk0 and the address). Guest side:
@@ -1042,6 +1123,12 @@ run_case() {
 shim() { run_case run_shim "$@"; }
 cm() { run_case run_cm "$1" "$2" "$([ "$CUR_MTU" -gt 1500 ] && echo 4096 || echo 1024)" "${@:3}"; }  # cm TEST DIR LOSS ITERS
 cm_both() { cm "$1" d2r "${@:2}"; cm "$1" r2d "${@:2}"; }
+mckey_both() {  # mckey_both LOSS ITERS
+  local m
+  m=$([ "$CUR_MTU" -gt 1500 ] && echo 4096 || echo 1024)
+  run_case run_mckey mckey d2r "$m" "$@"
+  run_case run_mckey mckey r2d "$m" "$@"
+}
 embed() { run_case run_embed "$@"; }
 nvmf() { run_case run_nvmf "$1" r2d "$CUR_MTU" "$2" "${3:-}"; }  # nvmf TEST LOSS [HOSTOPTS]
 both() { shim "$1" d2r "${@:2}"; shim "$1" r2d "${@:2}"; }  # both TEST MTU LOSS SIZE ITERS [ARGS]
@@ -1348,6 +1435,7 @@ boot_guest "$G1" "$G1_IP" 1500
 cm_ci() {
   cm_both rping 0 10
   cm_both udaddy 0 10
+  mckey_both 0 10
   # ib_send_bw -R makes a second connection after the exchange; the rxe server (slow under
   # TCG) may not listen again yet: REJ 8, and perftest 4.5's client then retries with the
   # CM ids it freed (SIGBUS, 1 in ~10 CI runs). d2r stays in --cm; CI keeps r2d.
@@ -1359,6 +1447,7 @@ cm_all() {
   cm_both rping 0 10
   cm_both ucmatose 0 10
   cm_both udaddy 0 10
+  mckey_both 0 10
   cm_both rdma_server 0 1
   cm_both cmtime 0 10
   cm_both write_bw 0 20

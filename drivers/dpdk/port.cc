@@ -5,6 +5,8 @@
 #include <rte_bus.h>
 #include <rte_dev.h>
 #include <rte_devargs.h>
+#include <rte_alarm.h>
+#include <rte_interrupts.h>
 #include <rte_errno.h>
 #include <rte_ethdev.h>
 #include <rte_lcore.h>
@@ -13,6 +15,9 @@
 #include <rte_ring.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <thread>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -184,7 +189,45 @@ Port::Port(const PortConfig& cfg) {
 
 Port::~Port() { close(); }
 
+namespace {
+
+struct CloseJob {
+  Port* port;
+  std::atomic<bool> done{false};
+};
+
+void close_from_alarm(void* arg) {
+  auto* job = static_cast<CloseJob*>(arg);
+  job->port->close_now();
+  job->done.store(true, std::memory_order_release);
+}
+
+}  // namespace
+
+// Virtual devices such as net_memif handle their peer's control messages in
+// EAL's interrupt thread. In DPDK 22.11, a peer's disconnect handled there
+// while this thread releases the port runs memif_disconnect on the released
+// device (a NULL dev_private: SEGV when both sides of a memif pair exit at
+// once). EAL alarms run on the interrupt thread, so the port is closed from
+// one: the close and the control-channel handler are serialised. If the alarm
+// cannot run within the bound, the port is closed here.
 void Port::close() noexcept {
+  if (!open_) return;
+  if (rte_thread_is_intr() == 0) {
+    CloseJob job{this};
+    if (rte_eal_alarm_set(1, close_from_alarm, &job) == 0) {
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+      while (!job.done.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+      // Cancels a callback that has not started, waits for one that runs.
+      rte_eal_alarm_cancel(close_from_alarm, &job);
+      if (job.done.load(std::memory_order_acquire)) return;
+    }
+  }
+  close_now();
+}
+
+void Port::close_now() noexcept {
   if (!open_) return;
   if (started_) rte_eth_dev_stop(id_);
   started_ = false;
@@ -224,6 +267,16 @@ void Port::set_promiscuous(bool on) {
 }
 
 bool Port::promiscuous() const { return rte_eth_promiscuous_get(id_) == 1; }
+
+const char* Port::set_mc_addrs(const std::vector<wire::MacAddr>& macs) {
+  std::vector<rte_ether_addr> a(macs.size());
+  for (size_t i = 0; i < macs.size(); ++i) std::memcpy(a[i].addr_bytes, macs[i].data(), 6);
+  int rc = rte_eth_dev_set_mc_addr_list(id_, a.empty() ? nullptr : a.data(), static_cast<uint32_t>(a.size()));
+  if (rc == 0) return "list";
+  rc = macs.empty() ? rte_eth_allmulticast_disable(id_) : rte_eth_allmulticast_enable(id_);
+  if (rc == 0) return "allmulti";
+  return "none";
+}
 
 LinkStatus Port::link() const {
   rte_eth_link l{};

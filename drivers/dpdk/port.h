@@ -91,6 +91,11 @@ class Port {
   void set_mtu(uint16_t mtu);
   void set_promiscuous(bool on);
   bool promiscuous() const;
+  // Multicast MACs the port accepts besides its own (UD multicast groups):
+  // rte_eth_dev_set_mc_addr_list; where the PMD has no list, all-multicast on
+  // while the list is not empty. Returns how: "list", "allmulti" or "none"
+  // (the PMD filters nothing: af_packet, memif and ring ports see every frame).
+  const char* set_mc_addrs(const std::vector<wire::MacAddr>& macs);
 
   LinkStatus link() const;
   // Polls the link every 10 ms for up to timeout_ms; true when up.
@@ -99,8 +104,11 @@ class Port {
   void reset_stats();
   std::vector<std::pair<std::string, uint64_t>> xstats() const;
 
-  // Stops the device and releases it; also done by the destructor.
+  // Stops the device and releases it; also done by the destructor. Runs on
+  // EAL's interrupt thread (see port.cc), waiting for it up to 5 s.
   void close() noexcept;
+  // The close itself, on the calling thread.
+  void close_now() noexcept;
 
  private:
   uint16_t id_ = 0;

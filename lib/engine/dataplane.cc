@@ -94,7 +94,54 @@ void DemuxIo::deliver(io::PktBuf* b, io::PktBuf** out, uint16_t& nout, uint16_t 
   }
 }
 
-void DemuxIo::classify(io::PktBuf* b, io::PktBuf** out, uint16_t& nout, uint16_t cap, bool from_ring) noexcept {
+bool DemuxIo::port_has_mcast_members() const noexcept {
+  for (const transport::Engine* e : dp_.ports_[port_].engines)
+    if (e->mcast_memberships() != 0) return true;
+  return false;
+}
+
+void DemuxIo::fan_out(io::PktBuf* b, io::PktBuf** out, uint16_t& nout, uint16_t cap) noexcept {
+  const Dataplane::PortState& ps = dp_.ports_[port_];
+  const uint32_t n = static_cast<uint32_t>(ps.engines.size());
+  uint32_t to[kMaxFan];
+  uint32_t k = 0;
+  for (uint32_t i = 0; i < n && k < kMaxFan; ++i)
+    if (ps.engines[i]->mcast_memberships() != 0) to[k++] = i;
+  if (k == 0) to[k++] = 0;  // nobody joined anything: the home core's engine counts it
+  cc_->add(CoreCounter::mcast_fanout, k);
+  // One mbuf for all: each engine only reads it and frees its reference.
+  if (k > 1) rte_mbuf_refcnt_update(dpdk::DpdkQueueIo::mbuf_of(b), static_cast<int16_t>(k - 1));
+  for (uint32_t i = 0; i < k; ++i) {
+    if (to[i] == me_) {
+      deliver(b, out, nout, cap);
+    } else {
+      forward(b, to[i]);
+    }
+  }
+}
+
+void DemuxIo::loop_mcast_copy(const io::PktBuf* b) noexcept {
+  // Only frames whose bytes are all at data (a zero-copy frame's payload is
+  // the MR's, by reference): UD messages fit one MTU, below zero_copy_min
+  // unless the MTU is 4096; those are not looped back (counted).
+  if (b->ext != nullptr || loop_head_ - loop_tail_ == kLoop) {
+    pc_->add(PortCounter::loopback_drops);
+    return;
+  }
+  io::PktBuf* c = nullptr;
+  if (q_.alloc_burst(&c, 1) != 1 || c->cap < b->len) {
+    if (c) release(c);
+    pc_->add(PortCounter::loopback_drops);
+    return;
+  }
+  std::memcpy(c->data, b->data, b->len);
+  c->len = b->len;
+  loop_[loop_head_++ & (kLoop - 1)] = c;
+  pc_->add(PortCounter::tx_loopback);
+}
+
+void DemuxIo::classify(io::PktBuf* b, io::PktBuf** out, uint16_t& nout, uint16_t cap, Origin from) noexcept {
+  const bool from_ring = from != Origin::Wire;
   const uint8_t* d = b->data;
   const uint32_t len = b->len;
   if (len < 14) {
@@ -120,16 +167,27 @@ void DemuxIo::classify(io::PktBuf* b, io::PktBuf** out, uint16_t& nout, uint16_t
     if (len >= l3 + 40 && d[l3 + 6] == wire::kIpProtoUdp) l4 = l3 + 40;
   }
   if (l4 != 0 && len >= l4 + 8 + 12 && be16(d + l4 + 2) == wire::kRoceV2Port) {
+    const uint8_t* bth = d + l4 + 8;
+    const uint32_t dqpn = uint32_t{bth[5]} << 16 | uint32_t{bth[6]} << 8 | bth[7];
     if (!from_ring) {
-      if (std::memcmp(d, mac_.data(), 6) != 0) {
+      // Our MAC, or a group MAC (01:00:5e / 33:33, what the device's filter
+      // let in) for a multicast QPN.
+      const bool ours = std::memcmp(d, mac_.data(), 6) == 0 || ((d[0] & 1) != 0 && dqpn == wire::kMcastQpn);
+      if (!ours) {
         pc_->add(PortCounter::rx_drop_not_ours);
         release(b);
         return;
       }
       pc_->add(PortCounter::rx_roce);
     }
-    const uint8_t* bth = d + l4 + 8;
-    const uint32_t dqpn = uint32_t{bth[5]} << 16 | uint32_t{bth[6]} << 8 | bth[7];
+    if (dqpn == wire::kMcastQpn) [[unlikely]] {
+      if (from == Origin::Ring) {
+        deliver(b, out, nout, cap);  // fanned out by the core that received it
+      } else {
+        fan_out(b, out, nout, cap);
+      }
+      return;
+    }
     const uint32_t n = static_cast<uint32_t>(dp_.ports_[port_].cores.size());
     // QPN 1 (the GSI QP, the CM's MADs) lives on the port's home core.
     const uint32_t owner = n == 1 || dqpn == transport::kGsiQpn ? 0 : dqpn % n;
@@ -241,7 +299,7 @@ uint16_t DemuxIo::rx_burst(io::PktBuf** bufs, uint16_t n) noexcept {
   // half the burst here (the rings and the device queue get their turn), the
   // rest after them if room is left.
   const uint16_t lb_cap = static_cast<uint16_t>(nout + (n - nout + 1) / 2);
-  while (nout < lb_cap && loop_tail_ != loop_head_) classify(loop_[loop_tail_++ & (kLoop - 1)], bufs, nout, n, true);
+  while (nout < lb_cap && loop_tail_ != loop_head_) classify(loop_[loop_tail_++ & (kLoop - 1)], bufs, nout, n, Origin::Loop);
   io::PktBuf* tmp[kTmp];
   // 2. Frames other cores forwarded to us.
   const Dataplane::PortState& ps = dp_.ports_[port_];
@@ -253,7 +311,7 @@ uint16_t DemuxIo::rx_burst(io::PktBuf** bufs, uint16_t n) noexcept {
       const unsigned k = rte_ring_sc_dequeue_burst(r, reinterpret_cast<void**>(tmp), n - nout, nullptr);
       if (k == 0) continue;
       cc_->add(CoreCounter::ring_dequeued, k);
-      for (unsigned i = 0; i < k; ++i) classify(tmp[i], bufs, nout, n, true);
+      for (unsigned i = 0; i < k; ++i) classify(tmp[i], bufs, nout, n, Origin::Ring);
     }
   }
   // 3. Our own queue.
@@ -270,11 +328,11 @@ uint16_t DemuxIo::rx_burst(io::PktBuf** bufs, uint16_t n) noexcept {
     if (frx_) k = frx_->apply(q_, tmp, k, kTmp);
     for (uint16_t i = 0; i < k; ++i) {
       if (i + 1 < k) __builtin_prefetch(tmp[i + 1]->data);
-      classify(tmp[i], bufs, nout, n, false);
+      classify(tmp[i], bufs, nout, n, Origin::Wire);
     }
   }
   // 4. More loopback frames if the burst has room.
-  while (nout < n && loop_tail_ != loop_head_) classify(loop_[loop_tail_++ & (kLoop - 1)], bufs, nout, n, true);
+  while (nout < n && loop_tail_ != loop_head_) classify(loop_[loop_tail_++ & (kLoop - 1)], bufs, nout, n, Origin::Loop);
   flush_free();
   return nout;
 }
@@ -340,6 +398,10 @@ uint16_t DemuxIo::send_frames(io::PktBuf** bufs, uint16_t n, bool must_take, int
     while (j < n && !to_self(bufs[j])) ++j;
     if (j > i) {
       const uint16_t start = i;
+      // Multicast frames also go to this node's other members (as rxe
+      // loops back a multicast send to the QPs of its own device).
+      for (uint16_t x = i; x < j; ++x)
+        if ((bufs[x]->data[0] & 1) != 0 && port_has_mcast_members()) [[unlikely]] loop_mcast_copy(bufs[x]);
       for (int t = 0; t < tries && i < j; ++t) i = static_cast<uint16_t>(i + q_.tx_burst(bufs + i, static_cast<uint16_t>(j - i)));
       for (uint16_t x = start; x < i; ++x) bytes += dpdk::DpdkQueueIo::mbuf_of(bufs[x])->pkt_len;
       wire = static_cast<uint16_t>(wire + (i - start));
@@ -558,6 +620,7 @@ Dataplane::Dataplane(DataplaneConfig cfg) : cfg_(std::move(cfg)) {
     if (n == 0) throw DataplaneError("dataplane: port " + cfg_.ports[p].name + " is served by no core");
     ps.rings.assign(n * n, nullptr);
     ps.demux.assign(n, nullptr);
+    ps.engines.assign(n, nullptr);
     for (size_t s = 0; s < n; ++s)
       for (size_t d = 0; d < n; ++d) {
         if (s == d) continue;
@@ -601,6 +664,7 @@ Dataplane::Dataplane(DataplaneConfig cfg) : cfg_(std::move(cfg)) {
                                           &(*ps.counters)[c.index()], c.cc_);
       ps.demux[s.index] = s.demux.get();
       s.eng = std::make_unique<transport::Engine>(ec, *s.demux, clock_);
+      ps.engines[s.index] = s.eng.get();
       s.tctr = std::make_unique<stats::CounterBlock<transport::Ctr>>();
     }
   }
@@ -976,6 +1040,60 @@ std::vector<QpInfo> Dataplane::qps() {
     out.insert(out.end(), v->begin(), v->end());
   }
   return out;
+}
+
+int Dataplane::attach_mcast(uint32_t p, uint32_t qpn, const wire::Gid& mgid) {
+  if (p >= ports_.size()) return EINVAL;
+  auto rc = std::make_shared<int>(ETIMEDOUT);
+  const size_t core = owner_core(p, qpn);
+  run_on(core, [p, qpn, mgid, rc](CoreLoop& c) {
+    transport::Engine* e = c.engine(p);
+    *rc = e ? e->attach_mcast(qpn, mgid) : EINVAL;
+  });
+  if (*rc == 0) mcast_sync(p);
+  return *rc;
+}
+
+int Dataplane::detach_mcast(uint32_t p, uint32_t qpn, const wire::Gid& mgid) {
+  if (p >= ports_.size()) return EINVAL;
+  auto rc = std::make_shared<int>(ETIMEDOUT);
+  run_on(owner_core(p, qpn), [p, qpn, mgid, rc](CoreLoop& c) {
+    transport::Engine* e = c.engine(p);
+    *rc = e ? e->detach_mcast(qpn, mgid) : EINVAL;
+  });
+  if (*rc == 0) mcast_sync(p);
+  return *rc;
+}
+
+std::vector<wire::Gid> Dataplane::mcast_groups(uint32_t p) {
+  std::vector<wire::Gid> out;
+  if (p >= ports_.size()) return out;
+  for (size_t core : ports_[p].cores) {
+    auto v = std::make_shared<std::vector<wire::Gid>>();
+    run_on(core, [p, v](CoreLoop& c) {
+      if (transport::Engine* e = c.engine(p)) *v = e->mcast_groups();
+    });
+    for (const auto& g : *v)
+      if (std::find(out.begin(), out.end(), g) == out.end()) out.push_back(g);
+  }
+  return out;
+}
+
+size_t Dataplane::mcast_sync(uint32_t p) {
+  const std::vector<wire::Gid> groups = mcast_groups(p);
+  std::vector<wire::MacAddr> macs;
+  for (const auto& g : groups) {
+    const wire::MacAddr m = wire::multicast_mac(g);
+    if (std::find(macs.begin(), macs.end(), m) == macs.end()) macs.push_back(m);
+  }
+  std::sort(macs.begin(), macs.end());
+  PortState& ps = ports_.at(p);
+  if (macs != ps.mc_macs) {
+    const char* how = cfg_.ports[p].port->set_mc_addrs(macs);
+    spdlog::debug("port {}: {} multicast MAC(s) accepted ({})", cfg_.ports[p].name, macs.size(), how);
+    ps.mc_macs = std::move(macs);
+  }
+  return groups.size();
 }
 
 std::vector<NeighInfo> Dataplane::neighbours() {

@@ -99,7 +99,18 @@ class DemuxIo final : public io::PacketIo {
 
  private:
   friend class Dataplane;
-  void classify(io::PktBuf* b, io::PktBuf** out, uint16_t& nout, uint16_t cap, bool from_ring) noexcept;
+  // Where a frame comes from: the device queue (MAC checked), this core's
+  // loopback FIFO, or another core's ring (already classified there: a
+  // multicast frame is not fanned out again).
+  enum class Origin : uint8_t { Wire, Loop, Ring };
+  void classify(io::PktBuf* b, io::PktBuf** out, uint16_t& nout, uint16_t cap, Origin from) noexcept;
+  // A frame to QPN 0xFFFFFF (README: Multicast): to every core of the port
+  // whose engine has multicast members (one mbuf, its reference count raised),
+  // to the home core when none has (its engine counts rx_mcast_no_group).
+  void fan_out(io::PktBuf* b, io::PktBuf** out, uint16_t& nout, uint16_t cap) noexcept;
+  // A multicast frame our engine sends: a copy into the loopback FIFO when a
+  // core of this port has members (another QP of this node may be in the group).
+  void loop_mcast_copy(const io::PktBuf* b) noexcept;
   void deliver(io::PktBuf* b, io::PktBuf** out, uint16_t& nout, uint16_t cap) noexcept;
   void forward(io::PktBuf* b, uint32_t to) noexcept;
   void host_frame(io::PktBuf* b, uint64_t now) noexcept;
@@ -109,6 +120,7 @@ class DemuxIo final : public io::PacketIo {
   bool to_self(const io::PktBuf* b) const noexcept {
     return b->len >= 6 && std::memcmp(b->data, mac_.data(), 6) == 0 && to_our_ip(b);
   }
+  bool port_has_mcast_members() const noexcept;
   bool to_our_ip(const io::PktBuf* b) const noexcept;
   uint16_t send_frames(io::PktBuf** bufs, uint16_t n, bool must_take, int tries) noexcept;
   bool loop_back(io::PktBuf* b) noexcept;
@@ -122,6 +134,7 @@ class DemuxIo final : public io::PacketIo {
   }
 
   static constexpr uint16_t kTmp = 128;
+  static constexpr uint32_t kMaxFan = 64;  // cores of one port a multicast frame may go to
   static constexpr uint32_t kKicks = 256;
   Dataplane& dp_;
   CoreLoop& core_;
@@ -288,6 +301,20 @@ class Dataplane {
   std::vector<MrInfo> mrs();
   std::vector<QpInfo> qps();
   std::vector<NeighInfo> neighbours();
+  // Multicast (README: Multicast): the UD QP qpn of port p joins (leaves) the
+  // group mgid on the core that owns it, then the port's device filter is
+  // brought up to date (mcast_sync). 0 or the engine's errno (EINVAL, ENOMEM),
+  // ETIMEDOUT when the core did not answer.
+  int attach_mcast(uint32_t p, uint32_t qpn, const wire::Gid& mgid);
+  int detach_mcast(uint32_t p, uint32_t qpn, const wire::Gid& mgid);
+  // The groups of port p's engines (union, each once), read on their cores.
+  std::vector<wire::Gid> mcast_groups(uint32_t p);
+  // Sets the device's multicast address list to the MACs of port p's groups
+  // (rte_eth_dev_set_mc_addr_list; where the PMD has none, all-multicast
+  // while any group exists; PMDs without either, such as af_packet, memif and
+  // net_ring, take every frame anyway). Call after destroying a UD QP (which
+  // leaves its groups). Returns the number of groups.
+  size_t mcast_sync(uint32_t p);
   // Resolves a peer's MAC through the port's NetStack (ARP / ND), waiting up
   // to timeout (polling the loops itself in embedded mode). False on failure.
   bool resolve(uint32_t p, const wire::Gid& ip, wire::MacAddr& mac, Ms timeout = Ms(3000));
@@ -315,6 +342,9 @@ class Dataplane {
   struct PortState {
     std::vector<size_t> cores;  // core indexes serving the port, in QPN-residue order
     std::vector<DemuxIo*> demux;  // by residue
+    std::vector<const transport::Engine*> engines;  // by residue (mcast_memberships() read by any core)
+    // Multicast MACs the device filter accepts (control thread, mcast_sync).
+    std::vector<wire::MacAddr> mc_macs;
     std::unique_ptr<netstack::NetStack> stack;  // touched by the home core (cores[0]) only
     netstack::GidTable gids;
     std::vector<rte_ring*> rings;  // rings[src * n + dst], src != dst

@@ -163,6 +163,11 @@ class ShimBackend {
   // resolve_timeout_ms passed (the client then gets -EHOSTUNREACH).
   virtual int create_ah(const ClientInfo& c, ObjId pd, const ibv_ah_attr& a, AhResult& out) = 0;
   virtual int destroy_ah(const ClientInfo& c, ObjId ah) = 0;
+  // ibv_attach_mcast / ibv_detach_mcast of a UD QP (-EINVAL for another
+  // type, a GID that is not multicast, or a detach of a group the QP is not
+  // in; -ENOMEM when the group tables are full). destroy_qp leaves every group.
+  virtual int attach_mcast(const ClientInfo&, ObjId, const ibv_gid&) { return -EOPNOTSUPP; }
+  virtual int detach_mcast(const ClientInfo&, ObjId, const ibv_gid&) { return -EOPNOTSUPP; }
 
   // Asynchronous events. The backend records each event on its object and
   // writes 1 to the client's async_eventfd (given at create time) per event:

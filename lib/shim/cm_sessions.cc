@@ -67,6 +67,8 @@ void put_addr(int family, const wire::Gid& ip, uint16_t port, CmAddr& out) {
   }
 }
 
+bool datagram_ps(uint32_t ps) { return ps == RDMA_PS_UDP || ps == RDMA_PS_IPOIB; }
+
 int family_of(const wire::Gid& ip) { return wire::gid_is_ipv4_mapped(ip) ? AF_INET : AF_INET6; }
 
 void put_param(const cm::ConnParam& p, CmConnParam& out) {
@@ -520,6 +522,30 @@ int CmSessions::query_id(const ClientInfo& c, const HandleReq& q, CmIdInfo& r) {
   return 0;
 }
 
+int CmSessions::join_multicast(const ClientInfo& c, const CmJoinReq& q) {
+  Id* id = find_id(c, q.id);
+  if (id == nullptr) return -EBADF;
+  if (id->kind != cm::QpKind::Ud || id->dev == kNoDev || id->family == 0 || id->role != Id::Role::None) return -EINVAL;
+  if (q.join_flags != RDMA_MC_JOIN_FLAG_FULLMEMBER && q.join_flags != RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER)
+    return -EINVAL;
+  int fam;
+  wire::Gid mgid;
+  uint16_t port;
+  if (int rc = parse_addr(q.addr, fam, mgid, port)) return rc;
+  // The MGID as Linux's cma makes it for RoCEv2: an IPv4 group as its
+  // IPv4-mapped address (what parse_addr gives), an IPv6 group as is.
+  if (!wire::gid_is_multicast(mgid) || fam != id->family) return -EINVAL;
+  CmEventResp ev{};
+  ev.event = RDMA_CM_EVENT_MULTICAST_JOIN;
+  ev.id = id->handle;
+  fill_info(*id, ev.info);
+  fill_ah(id->dev, id->src, mgid, ev.ah_attr);  // hop limit 64, as Linux for IPv4 on RoCEv2
+  ev.ud_qp_num = wire::kMcastQpn;
+  ev.ud_qkey = datagram_ps(id->rdma_ps) || id->rdma_ps == RDMA_PS_IB ? cm::kUdpQkey : 0;
+  deliver(*id, ev);
+  return 0;
+}
+
 void CmSessions::fill_info(const Id& id, CmIdInfo& r) const {
   r = CmIdInfo{};
   r.dev = id.dev;
@@ -603,7 +629,6 @@ int conn_param(const CmConnParam& in, const ibv_device_attr& da, cm::ConnParam& 
   out.qkey = in.qkey;
   return 0;
 }
-bool datagram_ps(uint32_t ps) { return ps == RDMA_PS_UDP || ps == RDMA_PS_IPOIB; }
 }  // namespace
 
 int CmSessions::connect(const ClientInfo& c, const CmConnParamReq& q) {

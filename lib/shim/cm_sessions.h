@@ -89,6 +89,11 @@ class CmSessions {
   int init_qp_attr(const ClientInfo& c, const proto::CmInitQpAttrReq& q, proto::CmInitQpAttrResp& r);
   int get_event(const ClientInfo& c, const proto::HandleReq& q, proto::CmEventResp& r);
   int query_id(const ClientInfo& c, const proto::HandleReq& q, proto::CmIdInfo& r);
+  // A UD id bound to a device joins a group: MULTICAST_JOIN is queued at once
+  // (RoCE has no SA; droced keeps no membership, the front attaches the QP).
+  // -EINVAL: not UD, not bound to a device, not a multicast address, a family
+  // other than the id's, or join_flags other than (send-only) full member.
+  int join_multicast(const ClientInfo& c, const proto::CmJoinReq& q);
 
   // The client's connection ended: every connection and listener it owned is
   // destroyed in its agent (DREQ / REJ go out), its bindings freed.

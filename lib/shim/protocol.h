@@ -79,7 +79,11 @@ enum class Op : uint16_t {
   CmInitQpAttr,      // CmInitQpAttrReq -> CmInitQpAttrResp
   CmGetEvent,        // HandleReq (channel) -> CmEventResp; -EAGAIN when none is queued
   CmQueryId,         // HandleReq -> CmIdInfo
+  // ---- added after the CM ops (numbers above unchanged)
   ResizeCq,          // ResizeCqReq -> CreateCqResp (same handle) + the new region fd
+  AttachMcast,       // McastReq -> Empty (ibv_attach_mcast: UD QPs only, else -EINVAL)
+  DetachMcast,       // McastReq -> Empty (ibv_detach_mcast: -EINVAL when not attached)
+  CmJoinMulticast,   // CmJoinReq -> Empty; event MULTICAST_JOIN (the front attaches the id's QP)
   // memory windows (appended: the values above do not move)
   AllocMw,           // AllocMwReq -> AllocMwResp
   DeallocMw,         // HandleReq -> Empty (a bound window is unbound first)
@@ -252,6 +256,16 @@ struct CreateAhResp {
   uint32_t ah_num;  // what send WQEs carry in droce_shm_send_wqe.ah
 };
 
+// ibv_attach_mcast / ibv_detach_mcast: the QP's handle and the group's MGID
+// (an IPv6 multicast address or an IPv4-mapped 224.0.0.0/4 one; lid is
+// ignored on RoCE).
+struct McastReq {
+  uint32_t qp;
+  uint16_t lid;
+  uint16_t reserved;
+  ibv_gid gid;
+};
+
 // An asynchronous event (ibv_get_async_event): the eventfd of OpenAsync counts
 // them (semaphore); each GetAsyncEvent takes one.
 struct AsyncEventResp {
@@ -350,6 +364,17 @@ struct CmEventResp {
   uint32_t ud_qkey;
 };
 
+// rdma_join_multicast(_ex): the group's address (an IPv4 224.0.0.0/4 or IPv6
+// ff00::/8 address) on a UD id bound to a device. droced keeps no state: it
+// queues MULTICAST_JOIN with ah_attr (dgid = the MGID: ::ffff:a.b.c.d for
+// IPv4 as Linux's cma for RoCEv2, the IPv6 address as is), ud_qp_num
+// 0xFFFFFF and ud_qkey RDMA_UDP_QKEY; the front attaches and detaches the QP.
+struct CmJoinReq {
+  uint32_t id;
+  uint32_t join_flags;  // rdma_cm_join_mc_attr_ex join_flags (FULLMEMBER or SENDONLY_FULLMEMBER)
+  CmAddr addr;
+};
+
 // The body type of each op's request and response.
 template <Op O> struct Body;
 #define DROCE_SHIM_OP(O, Req, Resp)      \
@@ -400,6 +425,9 @@ DROCE_SHIM_OP(CmInitQpAttr, CmInitQpAttrReq, CmInitQpAttrResp)
 DROCE_SHIM_OP(CmGetEvent, HandleReq, CmEventResp)
 DROCE_SHIM_OP(CmQueryId, HandleReq, CmIdInfo)
 DROCE_SHIM_OP(ResizeCq, ResizeCqReq, CreateCqResp)
+DROCE_SHIM_OP(AttachMcast, McastReq, Empty)
+DROCE_SHIM_OP(DetachMcast, McastReq, Empty)
+DROCE_SHIM_OP(CmJoinMulticast, CmJoinReq, Empty)
 DROCE_SHIM_OP(AllocMw, AllocMwReq, AllocMwResp)
 DROCE_SHIM_OP(DeallocMw, HandleReq, Empty)
 #undef DROCE_SHIM_OP

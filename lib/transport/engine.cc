@@ -582,6 +582,7 @@ int Engine::attach_mcast(uint32_t qpn, const wire::Gid& mgid) noexcept {
     if (m[i] == qpn) return 0;  // attached already (as rxe)
   if (g->n == cfg_.max_mcast_qps_per_group) return ENOMEM;
   m[g->n++] = qpn;
+  mcast_memberships_.store(mcast_memberships_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   return 0;
 }
 
@@ -592,9 +593,17 @@ int Engine::detach_mcast(uint32_t qpn, const wire::Gid& mgid) noexcept {
   for (uint32_t i = 0; i < g->n; ++i)
     if (m[i] == qpn) {
       m[i] = m[--g->n];  // the group slot is free again when n reaches 0
+      mcast_memberships_.store(mcast_memberships_.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
       return 0;
     }
   return EINVAL;
+}
+
+std::vector<wire::Gid> Engine::mcast_groups() const {
+  std::vector<wire::Gid> v;
+  for (const auto& g : mcast_)
+    if (g.n) v.push_back(g.mgid);
+  return v;
 }
 
 // A frame to QPN 0xFFFFFF: a copy for every QP attached to its destination

@@ -8,6 +8,7 @@
 // thread too. Nothing on the packet path allocates, locks, throws or logs.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -214,6 +215,12 @@ class Engine {
   int detach_mcast(uint32_t qpn, const wire::Gid& mgid) noexcept;
   // Number of QPs attached to mgid (0 when no such group).
   uint32_t mcast_members(const wire::Gid& mgid) const noexcept;
+  // Memberships (QP, group) of this engine in total. Written by the engine's
+  // thread, readable from any thread (relaxed): the dataplane's classifier
+  // sends multicast frames only to the cores whose engine has members.
+  uint32_t mcast_memberships() const noexcept { return mcast_memberships_.load(std::memory_order_relaxed); }
+  // The groups with at least one member (control path).
+  std::vector<wire::Gid> mcast_groups() const;
   int post_send(uint32_t qpn, const verbs::SendWr& wr) noexcept;
   int post_recv(uint32_t qpn, const verbs::RecvWr& wr) noexcept;
   int post_srq_recv(verbs::Srq* srq, const verbs::RecvWr& wr) noexcept { return srq->post(wr); }
@@ -301,6 +308,7 @@ class Engine {
   std::vector<std::unique_ptr<verbs::Ah>> ahs_;
   std::vector<McastGroup> mcast_;      // max_mcast_groups slots
   std::vector<uint32_t> mcast_qpns_;   // max_mcast_groups x max_mcast_qps_per_group
+  std::atomic<uint32_t> mcast_memberships_{0};
 
   // Ready lists: FIFO rings of QPs with work (capacity max_qps, each QP at most once).
   std::unique_ptr<Qp*[]> req_q_, resp_q_;

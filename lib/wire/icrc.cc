@@ -2,6 +2,7 @@
 
 #include <zlib.h>
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 
@@ -49,83 +50,189 @@ DROCE_CLMUL inline __m128i fold(__m128i x, __m128i k, __m128i next) noexcept {
 }
 
 // Folding with carry-less multiplication (Intel, "Fast CRC Computation for
-// Generic Polynomials Using PCLMULQDQ", 2009): four 128-bit lanes folded 64
-// bytes at a time, then one lane, then a Barrett reduction to 32 bits. The
+// Generic Polynomials Using PCLMULQDQ", 2009): 16-byte blocks are folded into a
+// 128-bit accumulator (four lanes, 64 bytes at a time, over long runs), and the
+// accumulator is reduced to the 32-bit register once, by finish(). The
 // constants are x^k mod P(x) for the bit-reflected Ethernet polynomial.
-DROCE_CLMUL uint32_t raw_pclmul(uint32_t reg, const uint8_t* p, size_t n) noexcept {
-  // Caller guarantees n >= 16 and n % 16 == 0.
-  const __m128i k1k2 = _mm_set_epi64x(0x1c6e41596LL, 0x154442bd4LL);
-  const __m128i k3k4 = _mm_set_epi64x(0x0ccaa009eLL, 0x1751997d0LL);
-  const __m128i k5 = _mm_set_epi64x(0, 0x163cd6124LL);
-  const __m128i poly = _mm_set_epi64x(0x1f7011641LL, 0x1db710641LL);
-  const __m128i mask32 = _mm_set_epi32(0, 0, 0, -1);
-  __m128i x1 = _mm_xor_si128(load(p), _mm_cvtsi32_si128(static_cast<int>(reg)));
-  if (n >= 64) {
-    __m128i x2 = load(p + 16), x3 = load(p + 32), x4 = load(p + 48);
-    p += 64;
-    n -= 64;
+struct Consts {
+  __m128i k1k2, k3k4, k5, poly, mask32;
+};
+DROCE_CLMUL inline Consts consts() noexcept {
+  return {_mm_set_epi64x(0x1c6e41596LL, 0x154442bd4LL), _mm_set_epi64x(0x0ccaa009eLL, 0x1751997d0LL),
+          _mm_set_epi64x(0, 0x163cd6124LL), _mm_set_epi64x(0x1f7011641LL, 0x1db710641LL),
+          _mm_set_epi32(0, 0, 0, -1)};
+}
+
+// The register the data folded into x leaves (128 -> 64 -> 32 bits, Barrett).
+DROCE_CLMUL uint32_t reduce(__m128i x1) noexcept {
+  const Consts c = consts();
+  __m128i t = _mm_srli_si128(x1, 8);
+  x1 = _mm_xor_si128(_mm_clmulepi64_si128(x1, c.k3k4, 0x10), t);
+  t = _mm_srli_si128(x1, 4);
+  x1 = _mm_xor_si128(_mm_clmulepi64_si128(_mm_and_si128(x1, c.mask32), c.k5, 0x00), t);
+  t = x1;
+  x1 = _mm_and_si128(x1, c.mask32);
+  x1 = _mm_clmulepi64_si128(x1, c.poly, 0x10);
+  x1 = _mm_and_si128(x1, c.mask32);
+  x1 = _mm_clmulepi64_si128(x1, c.poly, 0x00);
+  x1 = _mm_xor_si128(x1, t);
+  return static_cast<uint32_t>(_mm_extract_epi32(x1, 1));
+}
+
+// Long runs on CPUs with VPCLMULQDQ: four 512-bit accumulators fold 256 bytes
+// at a time (each 128-bit lane as above, by 2048 bits), then fold into one
+// (by 512 bits), whose four lanes fold into 128 bits (by 384, 256, 128 bits).
+// `carry` is xored onto the first block (the earlier data, already folded
+// forward to it). Consumes n - n % 256 bytes; returns the 128-bit accumulator.
+#define DROCE_VCLMUL __attribute__((target("avx512f,vpclmulqdq,pclmul,sse4.1")))
+DROCE_VCLMUL inline __m512i fold512(__m512i x, __m512i k, __m512i next) noexcept {
+  return _mm512_ternarylogic_epi64(_mm512_clmulepi64_epi128(x, k, 0x00), _mm512_clmulepi64_epi128(x, k, 0x11), next,
+                                   0x96);
+}
+// GCC 12's AVX-512 intrinsic headers start some results from
+// _mm_undefined_si128(), which -Wuninitialized reports when they are inlined.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+DROCE_VCLMUL __m128i fold_256(__m128i carry, const uint8_t*& p, size_t& n) noexcept {
+  const __m512i k2048 = _mm512_set_epi64(0x1322d1430LL, 0x11542778aLL, 0x1322d1430LL, 0x11542778aLL, 0x1322d1430LL,
+                                         0x11542778aLL, 0x1322d1430LL, 0x11542778aLL);
+  const __m512i k512 = _mm512_set_epi64(0x1c6e41596LL, 0x154442bd4LL, 0x1c6e41596LL, 0x154442bd4LL, 0x1c6e41596LL,
+                                        0x154442bd4LL, 0x1c6e41596LL, 0x154442bd4LL);
+  __m512i z0 = _mm512_xor_si512(_mm512_loadu_si512(p), _mm512_inserti32x4(_mm512_setzero_si512(), carry, 0));
+  __m512i z1 = _mm512_loadu_si512(p + 64), z2 = _mm512_loadu_si512(p + 128), z3 = _mm512_loadu_si512(p + 192);
+  p += 256;
+  n -= 256;
+  while (n >= 256) {
+    z0 = fold512(z0, k2048, _mm512_loadu_si512(p));
+    z1 = fold512(z1, k2048, _mm512_loadu_si512(p + 64));
+    z2 = fold512(z2, k2048, _mm512_loadu_si512(p + 128));
+    z3 = fold512(z3, k2048, _mm512_loadu_si512(p + 192));
+    p += 256;
+    n -= 256;
+  }
+  z0 = fold512(z0, k512, z1);
+  z0 = fold512(z0, k512, z2);
+  z0 = fold512(z0, k512, z3);
+  const __m128i k384 = _mm_set_epi64x(0x174359406LL, 0x3db1ecdcLL);
+  const __m128i k256 = _mm_set_epi64x(0x15a546366LL, 0xf1da05aaLL);
+  const __m128i k128 = _mm_set_epi64x(0x0ccaa009eLL, 0x1751997d0LL);
+  __m128i x = fold(_mm512_extracti32x4_epi32(z0, 0), k384, _mm512_extracti32x4_epi32(z0, 3));
+  x = fold(_mm512_extracti32x4_epi32(z0, 1), k256, x);
+  return fold(_mm512_extracti32x4_epi32(z0, 2), k128, x);
+}
+#pragma GCC diagnostic pop
+
+const bool kHaveVpclmul = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("vpclmulqdq") &&
+                          __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
+
+// Folds whole 16-byte blocks (n % 16 == 0) into x; `started` is false while x
+// holds no block yet (then the first block takes the initial register `reg`).
+DROCE_CLMUL __m128i fold_blocks(__m128i x, bool started, uint32_t reg, const uint8_t* p, size_t n) noexcept {
+  const Consts c = consts();
+  if (n == 0) return x;
+  if (n >= 256 && kHaveVpclmul) {
+    const __m128i carry = started ? fold(x, c.k3k4, _mm_setzero_si128()) : _mm_cvtsi32_si128(static_cast<int>(reg));
+    __m128i x1 = fold_256(carry, p, n);
+    while (n >= 16) {
+      x1 = fold(x1, c.k3k4, load(p));
+      p += 16;
+      n -= 16;
+    }
+    return x1;
+  }
+  __m128i x1 = started ? fold(x, c.k3k4, load(p)) : _mm_xor_si128(load(p), _mm_cvtsi32_si128(static_cast<int>(reg)));
+  p += 16;
+  n -= 16;
+  if (n >= 48) {
+    __m128i x2 = load(p), x3 = load(p + 16), x4 = load(p + 32);
+    p += 48;
+    n -= 48;
     while (n >= 64) {
-      x1 = fold(x1, k1k2, load(p));
-      x2 = fold(x2, k1k2, load(p + 16));
-      x3 = fold(x3, k1k2, load(p + 32));
-      x4 = fold(x4, k1k2, load(p + 48));
+      x1 = fold(x1, c.k1k2, load(p));
+      x2 = fold(x2, c.k1k2, load(p + 16));
+      x3 = fold(x3, c.k1k2, load(p + 32));
+      x4 = fold(x4, c.k1k2, load(p + 48));
       p += 64;
       n -= 64;
     }
-    x1 = fold(x1, k3k4, x2);
-    x1 = fold(x1, k3k4, x3);
-    x1 = fold(x1, k3k4, x4);
-  } else {
-    p += 16;
-    n -= 16;
+    x1 = fold(x1, c.k3k4, x2);
+    x1 = fold(x1, c.k3k4, x3);
+    x1 = fold(x1, c.k3k4, x4);
   }
   while (n >= 16) {
-    x1 = fold(x1, k3k4, load(p));
+    x1 = fold(x1, c.k3k4, load(p));
     p += 16;
     n -= 16;
   }
-  // 128 -> 64 bits.
-  __m128i t = _mm_srli_si128(x1, 8);
-  x1 = _mm_xor_si128(_mm_clmulepi64_si128(x1, k3k4, 0x10), t);
-  // 64 -> 32 bits.
-  t = _mm_srli_si128(x1, 4);
-  x1 = _mm_xor_si128(_mm_clmulepi64_si128(_mm_and_si128(x1, mask32), k5, 0x00), t);
-  // Barrett reduction.
-  t = x1;
-  x1 = _mm_and_si128(x1, mask32);
-  x1 = _mm_clmulepi64_si128(x1, poly, 0x10);
-  x1 = _mm_and_si128(x1, mask32);
-  x1 = _mm_clmulepi64_si128(x1, poly, 0x00);
-  x1 = _mm_xor_si128(x1, t);
-  return static_cast<uint32_t>(_mm_extract_epi32(x1, 1));
+  return x1;
 }
 
 const bool kHavePclmul = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
 #else
 constexpr bool kHavePclmul = false;
+constexpr bool kHaveVpclmul = false;
 #endif
 
 }  // namespace
 
-uint32_t crc32_update(uint32_t crc, const uint8_t* data, size_t len) noexcept {
-  uint32_t reg = ~crc;
 #if defined(__x86_64__)
-  if (kHavePclmul) {
-    if (len >= 16) {
-      const size_t bulk = len & ~size_t{15};
-      reg = raw_pclmul(reg, data, bulk);
-      data += bulk;
-      len -= bulk;
-    }
-    return ~raw_bytes(reg, data, len);
+DROCE_CLMUL void Crc32Fold::update_pclmul(const uint8_t* p, size_t n) noexcept {
+  __m128i x = started_ ? load(acc_) : _mm_setzero_si128();
+  if (npend_) {
+    const size_t k = std::min<size_t>(16 - npend_, n);
+    std::memcpy(pend_ + npend_, p, k);
+    npend_ = static_cast<uint8_t>(npend_ + k);
+    p += k;
+    n -= k;
+    if (npend_ < 16) return;
+    x = fold_blocks(x, started_, reg_, pend_, 16);
+    started_ = true;
+    npend_ = 0;
   }
-#endif
-  return ~raw_zlib(reg, data, len);
+  const size_t bulk = n & ~size_t{15};
+  if (bulk) {
+    x = fold_blocks(x, started_, reg_, p, bulk);
+    started_ = true;
+  }
+  if (n > bulk) {
+    std::memcpy(pend_, p + bulk, n - bulk);
+    npend_ = static_cast<uint8_t>(n - bulk);
+  }
+  if (started_) _mm_store_si128(reinterpret_cast<__m128i*>(acc_), x);
 }
 
-const char* crc32_impl_name() noexcept { return kHavePclmul ? "pclmul" : "table"; }
+DROCE_CLMUL uint32_t Crc32Fold::reduce_acc() const noexcept {
+  return reduce(_mm_load_si128(reinterpret_cast<const __m128i*>(acc_)));
+}
+#endif
 
-uint32_t icrc_begin(const uint8_t* l3, size_t ip_hdr_len, bool ipv6) noexcept {
+void Crc32Fold::update(const uint8_t* p, size_t n) noexcept {
+#if defined(__x86_64__)
+  if (kHavePclmul) {
+    update_pclmul(p, n);
+    return;
+  }
+#endif
+  reg_ = raw_zlib(reg_, p, n);
+}
+
+uint32_t Crc32Fold::finish() const noexcept {
+  uint32_t r = reg_;
+#if defined(__x86_64__)
+  if (started_) r = reduce_acc();
+#endif
+  return raw_bytes(r, pend_, npend_);
+}
+
+uint32_t crc32_update(uint32_t crc, const uint8_t* data, size_t len) noexcept {
+  Crc32Fold f(~crc);
+  f.update(data, len);
+  return ~f.finish();
+}
+
+const char* crc32_impl_name() noexcept { return kHaveVpclmul ? "vpclmulqdq" : kHavePclmul ? "pclmul" : "table"; }
+
+IcrcState icrc_begin(const uint8_t* l3, size_t ip_hdr_len, bool ipv6) noexcept {
   // 8 x 0xFF, IP header (<= 60), UDP (8), BTH (12), all masked as A17 says.
   // With the standard all-ones initial value, the CRC register is zero after
   // the first four 0xFF bytes, and leading zero bytes leave a zero register
@@ -152,14 +259,16 @@ uint32_t icrc_begin(const uint8_t* l3, size_t ip_hdr_len, bool ipv6) noexcept {
   udp[6] = udp[7] = 0xFF;  // UDP checksum
   uint8_t* bth = udp + sizeof(UdpHdr);
   bth[4] = 0xFF;  // resv8a: FECN, BECN, reserved
-  // crc32_update(~0u, ...) starts from a zero register (state = ~register).
-  return crc32_update(~0u, buf, lead + 4 + n);
+  IcrcState st;  // from a zero register
+  st.update(buf, lead + 4 + n);
+  return st;
 }
 
 uint32_t icrc_compute(std::span<const uint8_t> pkt, size_t ip_hdr_len, bool ipv6) noexcept {
   const size_t fixed = ip_hdr_len + sizeof(UdpHdr) + sizeof(Bth);
-  uint32_t c = icrc_begin(pkt.data(), ip_hdr_len, ipv6);
-  return icrc_update(c, pkt.data() + fixed, pkt.size() - fixed);
+  IcrcState st = icrc_begin(pkt.data(), ip_hdr_len, ipv6);
+  st.update(pkt.data() + fixed, pkt.size() - fixed);
+  return icrc_finish(st);
 }
 
 }  // namespace droce::wire

@@ -23,13 +23,35 @@ uint32_t crc32_update(uint32_t crc, const uint8_t* data, size_t len) noexcept;
 // Which CRC-32 implementation is in use ("pclmul" or "table"), for reports.
 const char* crc32_impl_name() noexcept;
 
+// A CRC-32 in progress over pieces of any length: whole 16-byte blocks are
+// folded into an accumulator as they come (carried across pieces, the odd
+// bytes of a piece wait for the next one), and the reduction to the 32-bit
+// register happens once, in finish(). Registers are raw: no pre/post
+// inversion (crc32_update's crc is ~register).
+class Crc32Fold {
+ public:
+  explicit Crc32Fold(uint32_t reg = 0) noexcept : reg_(reg) {}
+  void update(const uint8_t* p, size_t n) noexcept;
+  // The register after everything given to update().
+  uint32_t finish() const noexcept;
+
+ private:
+  void update_pclmul(const uint8_t* p, size_t n) noexcept;
+  uint32_t reduce_acc() const noexcept;
+  alignas(16) uint8_t acc_[16];  // the folded blocks (valid once started_)
+  alignas(16) uint8_t pend_[16];  // bytes short of a whole block
+  uint32_t reg_;                 // the initial register (the running one without PCLMUL)
+  uint8_t npend_ = 0;
+  bool started_ = false;
+};
+
 // Starts an ICRC over the masked IP + UDP + BTH headers at `l3` (ip_hdr_len is
 // 20..60 for IPv4, 40 for IPv6). Continue with icrc_update over the extension
-// headers, payload and pad.
-uint32_t icrc_begin(const uint8_t* l3, size_t ip_hdr_len, bool ipv6) noexcept;
-inline uint32_t icrc_update(uint32_t state, const uint8_t* p, size_t n) noexcept {
-  return crc32_update(state, p, n);
-}
+// headers, payload and pad, and end with icrc_finish.
+using IcrcState = Crc32Fold;
+IcrcState icrc_begin(const uint8_t* l3, size_t ip_hdr_len, bool ipv6) noexcept;
+inline void icrc_update(IcrcState& state, const uint8_t* p, size_t n) noexcept { state.update(p, n); }
+inline uint32_t icrc_finish(const IcrcState& state) noexcept { return ~state.finish(); }
 
 // ICRC of a contiguous packet from the IP header up to (not including) the
 // ICRC field: `pkt` spans IP header .. pad.

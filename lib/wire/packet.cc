@@ -335,13 +335,13 @@ size_t finish_frame_ext(std::span<const uint8_t> hdr, const Headers& h, const ui
   if (hdr.size() < hlen || hlen <= l3) return 0;
   // The masked part (IP, UDP, BTH) then the extension headers, as icrc_compute does.
   const size_t ip_len = l3_len(h);
-  uint32_t c = icrc_begin(hdr.data() + l3, ip_len, h.l3.ipv6);
+  IcrcState c = icrc_begin(hdr.data() + l3, ip_len, h.l3.ipv6);
   const size_t masked_end = l3 + ip_len + 8 + 12;  // IP + UDP + BTH
-  c = icrc_update(c, hdr.data() + masked_end, hlen - masked_end);
-  if (payload_len) c = icrc_update(c, payload, payload_len);
+  icrc_update(c, hdr.data() + masked_end, hlen - masked_end);
+  if (payload_len) icrc_update(c, payload, payload_len);
   for (uint8_t i = 0; i < pad; ++i) tail[i] = 0;
-  if (pad) c = icrc_update(c, tail, pad);
-  icrc_store(tail + pad, c);
+  if (pad) icrc_update(c, tail, pad);
+  icrc_store(tail + pad, icrc_finish(c));
   return size_t{pad} + kIcrcSize;
 }
 

@@ -3,7 +3,7 @@
 # drop-in librdmacm (lib/shim/front/rdmacm): the server program uses node a's
 # droced, the client node b's; the CM MADs and the data cross the veth pair.
 #   rping -v -V -C 20 (data checked by both ends), ucmatose (RC, send/recv),
-#   udaddy (UD, SIDR), rdma_server/rdma_client (synchronous API, rdma_create_ep),
+#   udaddy (UD, SIDR), mckey (UD multicast, both ways), rdma_server/rdma_client (synchronous API, rdma_create_ep),
 #   fio --ioengine=rdma (verb=send with verify=crc32c, verb=write, verb=read),
 #   perftest -R (ib_write_bw, ib_send_bw -c UD, ib_read_lat), cmtime (20
 #   connections; the server destroys every passive id), qperf -cm1 rc_bw/rc_lat
@@ -134,6 +134,38 @@ if [ "$crc" -eq 0 ] && [ "$src" -eq 0 ] && grep -q 'test complete' "$T/udaddy.c"
 else
   bad "udaddy: client rc $crc, server rc $src"; show udaddy
 fi
+
+# mckey: UD multicast (rdma_join_multicast_ex, MULTICAST_JOIN, ibv_attach_mcast,
+# SENDs to QPN 0xFFFFFF). The receiver joins the group and waits for its 10
+# messages (mckey's own loop has no timeout: `on` bounds it); once it has
+# joined (its "mckey: joined" line: stdbuf -oL, mckey's stdout is a file), the
+# sender on the other node joins and sends 10. Both directions.
+# mckey_run NAME RNODE RADDR SNODE SADDR GROUP: sets crc/src.
+mckey_run() {
+  local name=$1 rnode=$2 raddr=$3 snode=$4 saddr=$5 group=$6
+  on "$rnode" 60 stdbuf -oL mckey -m "$group" -b "$raddr" -C 10 >"$T/$name.s" 2>&1 &
+  local rp=$!
+  for _ in $(seq 200); do
+    grep -q '^mckey: joined' "$T/$name.s" && break
+    kill -0 "$rp" 2>/dev/null || break
+    sleep 0.1
+  done
+  on "$snode" 60 mckey -m "$group" -b "$saddr" -s -C 10 >"$T/$name.c" 2>&1
+  crc=$?
+  wait "$rp"
+  src=$?
+}
+for dir in "b a $NET.2 $A" "a b $A $NET.2"; do
+  read -r snode rnode saddr raddr <<<"$dir"
+  mckey_run "mckey_$snode$rnode" "$rnode" "$raddr" "$snode" "$saddr" 239.62.0.7
+  n=mckey_$snode$rnode
+  if [ "$crc" -eq 0 ] && [ "$src" -eq 0 ] && grep -q 'data transfers complete' "$T/$n.s" &&
+     grep -q 'data transfers complete' "$T/$n.c" && grep -q 'joined dgid: ::ffff:239.62.0.7' "$T/$n.s"; then
+    ok "mckey -m 239.62.0.7 -C 10: node $snode sends, node $rnode receives all 10"
+  else
+    bad "mckey $snode -> $rnode: sender rc $crc, receiver rc $src"; show "$n"
+  fi
+done
 
 # rdma_server / rdma_client: rdma_getaddrinfo, rdma_create_ep, synchronous ids.
 pair rdma_sc rdma_server -s "$A" -p 17177 -- rdma_client -s "$A" -p 17177
@@ -316,20 +348,7 @@ fi
 # Nothing left on either node once the programs are gone: no shim client,
 # no verbs object (droced sees the last hang-ups a little after the
 # programs exit: asked again, up to 5 s).
-for node in a b; do
-  left=
-  for _ in $(seq 50); do
-    st=$("$CTL" --socket "$T/$node-ctl.sock" call shim 2>&1)
-    left=$(echo "$st" | awk '($1 == "clients" || $1 ~ /^objects\./) && $2 != 0 { printf "%s=%s ", $1, $2 }')
-    echo "$st" | grep -qE '^clients +0' && [ -z "$left" ] && break
-    sleep 0.1
-  done
-  if echo "$st" | grep -qE '^clients +0' && [ -z "$left" ]; then
-    ok "node $node: no shim client or verbs object left"
-  else
-    bad "node $node: left $left"; echo "$st" | head -n 20 | sed 's/^/       /'
-  fi
-done
+droced_pair_check_empty "$CTL" "$T"
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -886,6 +886,208 @@ TEST_CASE("dataplane: loopback: QPs of one port talk through the dataplane, not 
   d.stop();
 }
 
+TEST_CASE("dataplane: UD multicast: group MACs accepted, fan-out to every core with members, loopback to local members, counted drops") {
+  dpdk::RingPair rings("dpmc", 2);
+  dpdk::Port pa(dpdk::PortConfig{.port_id = rings.port_a(), .rx_queues = 2, .tx_queues = 2, .mbufs = 4095});
+  dpdk::Port pb(dpdk::PortConfig{.port_id = rings.port_b(), .rx_queues = 2, .tx_queues = 2, .mbufs = 4095});
+  Dataplane a(make_cfg(pa, 0x0A400001, {rte_lcore_id(), rte_lcore_id()}, nullptr));
+  Dataplane b(make_cfg(pb, 0x0A400002, {rte_lcore_id(), rte_lcore_id()}, nullptr));
+  const wire::Gid group = wire::gid_from_ipv4(0xEF010203);   // 239.1.2.3
+  const wire::Gid nobody = wire::gid_from_ipv4(0xEF090909);  // 239.9.9.9: no member anywhere
+  constexpr uint32_t kQkey = 0x01234567;
+
+  struct Mem {
+    Dataplane* dp;
+    uint8_t* p;
+    uint32_t key;
+  };
+  auto mem_of = [](Dataplane& d, uint32_t pd) {
+    Mem m{&d, static_cast<uint8_t*>(d.alloc_dma(1 << 20)), 0};
+    REQUIRE(m.p);
+    std::memset(m.p, 0, 1 << 20);
+    REQUIRE(d.reg_mr(0, pd, m.p, 1 << 20, verbs::kAccessAll, &m.key) == 0);
+    return m;
+  };
+  const uint32_t pda = a.alloc_pd(), pdb = b.alloc_pd();
+  Mem ma = mem_of(a, pda), mb = mem_of(b, pdb);
+  auto make_ud = [](Dataplane& d, size_t core, uint32_t pd) {
+    auto r = std::make_shared<QpRef>();
+    r->core = core;
+    REQUIRE(d.run_on(core, [r, pd](CoreLoop& cl) {
+      transport::Engine* e = cl.engine(0);
+      r->scq = e->create_cq(64);
+      r->rcq = e->create_cq(64);
+      verbs::QpInitAttr init;
+      init.qp_type = verbs::QpType::UD;
+      init.pd = pd;
+      init.send_cq = r->scq;
+      init.recv_cq = r->rcq;
+      if (e->create_qp(init, &r->qpn) != 0) return;
+      using namespace verbs;
+      QpAttr at;
+      at.qp_state = QpState::Init;
+      at.qkey = kQkey;
+      if (e->modify_qp(r->qpn, at, kQpState | kQpPkeyIndex | kQpPort | kQpQkey)) r->qpn = 0;
+      at.qp_state = QpState::Rtr;
+      if (e->modify_qp(r->qpn, at, kQpState)) r->qpn = 0;
+      at.qp_state = QpState::Rts;
+      if (e->modify_qp(r->qpn, at, kQpState | kQpSqPsn)) r->qpn = 0;
+    }));
+    REQUIRE(r->qpn != 0);
+    return *r;
+  };
+  // Node b: members on both cores, and a UD QP that joins nothing. Node a: the
+  // sender (core 1) and a member on core 0 (gets the sender's frames through
+  // the loopback, as a second rxe QP of the same device would).
+  QpRef r0 = make_ud(b, 0, pdb), r1 = make_ud(b, 1, pdb), idle = make_ud(b, 0, pdb);
+  QpRef s = make_ud(a, 1, pda), m = make_ud(a, 0, pda);
+  REQUIRE(r0.qpn % 2 == 0);
+  REQUIRE(r1.qpn % 2 == 1);
+  REQUIRE(s.qpn % 2 == 1);
+  REQUIRE(m.qpn % 2 == 0);
+  CHECK(b.attach_mcast(0, r0.qpn, group) == 0);
+  CHECK(b.attach_mcast(0, r1.qpn, group) == 0);
+  CHECK(b.attach_mcast(0, r1.qpn, group) == 0);  // twice: one membership
+  CHECK(a.attach_mcast(0, m.qpn, group) == 0);
+  CHECK(a.attach_mcast(0, s.qpn, group) == 0);   // the sender is a member too: it never hears itself
+  // Bad attaches: not multicast, not UD, no such QP.
+  CHECK(b.attach_mcast(0, r0.qpn, wire::gid_from_ipv4(0x0A400001)) == EINVAL);
+  QpRef rc = make_qp(b, 0, pdb);
+  CHECK(b.attach_mcast(0, rc.qpn, group) == EINVAL);
+  CHECK(b.attach_mcast(0, 60, group) == EINVAL);
+  CHECK(b.detach_mcast(0, idle.qpn, group) == EINVAL);
+  CHECK(b.mcast_groups(0) == std::vector<wire::Gid>{group});
+  CHECK(b.core(0).engine(0)->mcast_memberships() == 1);
+  CHECK(b.core(1).engine(0)->mcast_memberships() == 1);
+
+  // The sender's AH: the group's MAC comes from the address (no ARP).
+  wire::MacAddr gmac{};
+  REQUIRE(a.resolve_step(0, group, gmac) == Dataplane::ResolveStep::Ready);
+  CHECK(gmac == wire::MacAddr{0x01, 0x00, 0x5e, 0x01, 0x02, 0x03});
+  transport::Engine* es = a.core(1).engine(0);
+  verbs::Ah ah;
+  ah.dgid = group;
+  ah.dmac = gmac;
+  ah.hop_limit = 64;
+  const verbs::Ah* gah = es->create_ah(es->alloc_pd(), ah);
+  verbs::Ah ah2 = ah;
+  ah2.dgid = nobody;
+  REQUIRE(a.resolve_step(0, nobody, ah2.dmac) == Dataplane::ResolveStep::Ready);
+  const verbs::Ah* nah = es->create_ah(es->alloc_pd(), ah2);
+  REQUIRE(gah);
+  REQUIRE(nah);
+
+  auto recv = [](Dataplane& d, const QpRef& q, const Mem& mm, uint64_t off) {
+    verbs::RecvWr r;
+    r.wr_id = off;
+    r.num_sge = 1;
+    r.sg_list[0] = {reinterpret_cast<uint64_t>(mm.p) + off, 2048, mm.key};
+    return d.core(q.core).engine(0)->post_recv(q.qpn, r);
+  };
+  auto send = [&](const verbs::Ah* to, uint32_t qkey, uint8_t tag) {
+    std::memset(ma.p + 0x80000, tag, 1000);
+    verbs::SendWr w;
+    w.opcode = verbs::WrOpcode::Send;
+    w.num_sge = 1;
+    w.sg_list[0] = {reinterpret_cast<uint64_t>(ma.p) + 0x80000, 1000, ma.key};
+    w.ud = {to, wire::kMcastQpn, qkey};
+    REQUIRE(es->post_send(s.qpn, w) == 0);
+    REQUIRE(wait_send(a, b, s.scq, 1) == 1);
+  };
+  // Polls both nodes until each cq has its count of receives (bounded), then
+  // a while longer so that an extra one would show; returns the counts.
+  auto settle = [&](std::vector<std::pair<verbs::Cq*, int>> want) {
+    std::vector<int> got(want.size(), 0);
+    auto drain = [&] {
+      for (size_t i = 0; i < want.size(); ++i) {
+        verbs::Wc wc;
+        while (want[i].first->poll(&wc, 1) == 1) {
+          CHECK(wc.status == verbs::WcStatus::Success);
+          CHECK(wc.byte_len == 1040);
+          ++got[i];
+        }
+      }
+    };
+    for (int it = 0; it < 2'000'000; ++it) {
+      a.poll_all();
+      b.poll_all();
+      drain();
+      bool all = true;
+      for (size_t i = 0; i < want.size(); ++i) all = all && got[i] >= want[i].second;
+      if (all) break;
+    }
+    for (int it = 0; it < 2000; ++it) {
+      a.poll_all();
+      b.poll_all();
+    }
+    drain();
+    return got;
+  };
+  for (uint64_t k = 0; k < 4; ++k) {
+    REQUIRE(recv(b, r0, mb, 0x1000 * k) == 0);
+    REQUIRE(recv(b, r1, mb, 0x10000 + 0x1000 * k) == 0);
+    REQUIRE(recv(b, idle, mb, 0x20000 + 0x1000 * k) == 0);
+    REQUIRE(recv(a, m, ma, 0x1000 * k) == 0);
+    REQUIRE(recv(a, s, ma, 0x10000 + 0x1000 * k) == 0);
+  }
+
+  // 1. To the group: both members of node b (one frame, two cores), the
+  // local member of node a; not the QP that joined nothing, not the sender.
+  const uint64_t fan0 = b.core_counters().sum(stats::CoreCounter::mcast_fanout);
+  send(gah, kQkey, 0xA1);
+  auto got = settle({{r0.rcq, 1}, {r1.rcq, 1}, {idle.rcq, 0}, {m.rcq, 1}, {s.rcq, 0}});
+  CHECK(got == std::vector<int>{1, 1, 0, 1, 0});
+  CHECK(mb.p[40] == 0xA1);                // r0's buffer (after the 40-byte GRH)
+  CHECK(mb.p[0x10000 + 40] == 0xA1);      // r1's
+  CHECK(ma.p[40] == 0xA1);                // m's, through node a's loopback
+  CHECK(b.core_counters().sum(stats::CoreCounter::mcast_fanout) - fan0 == 2);
+  CHECK(tctr(b, transport::Ctr::McastDelivered) == 2);
+  CHECK(tctr(a, transport::Ctr::McastDelivered) == 1);
+  CHECK(b.port_counters(0).sum(stats::PortCounter::rx_drop_not_ours) == 0);
+  CHECK(a.port_counters(0).sum(stats::PortCounter::tx_loopback) == 1);
+
+  // 2. A wrong Q_Key: counted by each member's engine, nothing delivered.
+  const uint64_t qk0 = tctr(b, transport::Ctr::UdQkeyDrop);
+  send(gah, 0x999, 0xA2);
+  got = settle({{r0.rcq, 0}, {r1.rcq, 0}, {m.rcq, 0}});
+  CHECK(got == std::vector<int>{0, 0, 0});
+  CHECK(tctr(b, transport::Ctr::UdQkeyDrop) - qk0 == 2);
+
+  // 3. A group nobody joined: one counted drop on each node (node b's home
+  // core: its members are in another group).
+  const uint64_t ng0 = tctr(b, transport::Ctr::RxMcastNoGroup);
+  send(nah, kQkey, 0xA3);
+  got = settle({{r0.rcq, 0}, {r1.rcq, 0}, {m.rcq, 0}});
+  CHECK(got == std::vector<int>{0, 0, 0});
+  CHECK(tctr(b, transport::Ctr::RxMcastNoGroup) - ng0 == 2);  // both cores have members (of the other group)
+
+  // 4. r1 leaves: only r0 hears; core 1 of node b has no member left, so the
+  // frame is not sent there.
+  CHECK(b.detach_mcast(0, r1.qpn, group) == 0);
+  CHECK(b.detach_mcast(0, r1.qpn, group) == EINVAL);
+  CHECK(b.core(1).engine(0)->mcast_memberships() == 0);
+  const uint64_t fan1 = b.core_counters().sum(stats::CoreCounter::mcast_fanout);
+  send(gah, kQkey, 0xA4);
+  got = settle({{r0.rcq, 1}, {r1.rcq, 0}, {m.rcq, 1}});
+  CHECK(got == std::vector<int>{1, 0, 1});
+  CHECK(b.core_counters().sum(stats::CoreCounter::mcast_fanout) - fan1 == 1);
+
+  // 5. Destroying the last member leaves the group: node b then takes the
+  // group's frames on its home core only, where they are counted.
+  REQUIRE(b.run_on(0, [q = r0.qpn](CoreLoop& cl) { cl.engine(0)->destroy_qp(q); }));
+  CHECK(b.mcast_sync(0) == 0);
+  CHECK(b.mcast_groups(0).empty());
+  const uint64_t ng1 = tctr(b, transport::Ctr::RxMcastNoGroup);
+  send(gah, kQkey, 0xA5);
+  got = settle({{r1.rcq, 0}, {idle.rcq, 0}, {m.rcq, 1}});
+  CHECK(got == std::vector<int>{0, 0, 1});
+  CHECK(tctr(b, transport::Ctr::RxMcastNoGroup) - ng1 == 1);
+  CHECK(tctr(a, transport::Ctr::RxIcrcErr) == 0);
+  CHECK(tctr(b, transport::Ctr::RxIcrcErr) == 0);
+  a.stop();
+  b.stop();
+}
+
 TEST_CASE("dataplane: bad configurations are refused with a clear error") {
   dpdk::RingPair rings("dpbad", 1);
   dpdk::Port pa(dpdk::PortConfig{.port_id = rings.port_a(), .mbufs = 1023});

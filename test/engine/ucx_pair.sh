@@ -114,20 +114,7 @@ perf tag_bw -t tag_bw -s 65536 "${n[@]}"
 
 # Nothing left on either node once the programs are gone (droced sees the
 # last hang-ups a little after the programs exit: asked again, up to 5 s).
-for node in a b; do
-  left=
-  for _ in $(seq 50); do
-    st=$("$CTL" --socket "$T/$node-ctl.sock" call shim 2>&1)
-    left=$(echo "$st" | awk '($1 == "clients" || $1 ~ /^objects\./) && $2 != 0 { printf "%s=%s ", $1, $2 }')
-    echo "$st" | grep -qE '^clients +0' && [ -z "$left" ] && break
-    sleep 0.1
-  done
-  if echo "$st" | grep -qE '^clients +0' && [ -z "$left" ]; then
-    ok "node $node: no shim client or verbs object left"
-  else
-    bad "node $node: left $left"; echo "$st" | head -n 20 | sed 's/^/       /'
-  fi
-done
+droced_pair_check_empty "$CTL" "$T"
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -71,6 +71,26 @@ droced_pair_node_pid() {  # the droced child of node $1's timeout
   pgrep -P "${DP_PIDS[$i]}" -x droced | head -n 1
 }
 
+# droced_pair_check_empty CTL DIR: both nodes end with no shim client and no
+# verbs object (up to 5 s each); reports through the caller's ok/bad.
+droced_pair_check_empty() {
+  local ctl=$1 dir=$2 node st left
+  for node in a b; do
+    left=
+    for _ in $(seq 50); do
+      st=$("$ctl" --socket "$dir/$node-ctl.sock" call shim 2>&1)
+      left=$(echo "$st" | awk '($1 == "clients" || $1 ~ /^objects\./) && $2 != 0 { printf "%s=%s ", $1, $2 }')
+      echo "$st" | grep -qE '^clients +0' && [ -z "$left" ] && break
+      sleep 0.1
+    done
+    if echo "$st" | grep -qE '^clients +0' && [ -z "$left" ]; then
+      ok "node $node: no shim client or verbs object left"
+    else
+      bad "node $node: left $left"; echo "$st" | head -n 20 | sed 's/^/       /'
+    fi
+  done
+}
+
 droced_pair_down() {
   local n
   droced_node_stop "${DP_PIDS[@]}"

@@ -20,7 +20,13 @@ ns=droce-afp-$$
 T=$(mktemp -d /tmp/droce-afp-XXXXXX)
 export DROCE_AFP_REGISTRY=$T/registry
 pids=()
+main_shell=$BASHPID
+# Only the script itself cleans up: start_at kills a child that got the wrong
+# pid, and a TERM that lands between its fork and exec runs this shell's traps
+# in the child (seen under load: the child's exit removed $T and the
+# namespace under the running test).
 cleanup() {
+  [ "$BASHPID" = "$main_shell" ] || return 0
   local p
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
   for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
@@ -28,7 +34,7 @@ cleanup() {
   rm -rf "$T"
 }
 trap cleanup EXIT
-trap 'exit 1' INT TERM
+trap '[ "$BASHPID" = "$main_shell" ] && exit 1; exit 143' INT TERM
 source "$root/test/lib/netns.sh"
 droce_veth_ns "$ns" || { echo "SKIP: cannot create network namespaces"; exit 77; }
 ia=$(ip netns exec "$ns" cat /sys/class/net/va/ifindex)

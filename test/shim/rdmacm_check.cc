@@ -210,8 +210,32 @@ void with_droced(const char* ip, const char* other, const char* peer) {
   else
     check(false, "second id (RDMA_PS_UDP) bound", err());
   if (id2) {
-    check(fails_with(rdma_join_multicast(id2, reinterpret_cast<sockaddr*>(&mine2), nullptr), ENOSYS),
-          "rdma_join_multicast: ENOSYS (no multicast on droce)");
+    // Multicast: a unicast address is refused, a group joins at once
+    // (MULTICAST_JOIN with the group's address vector and the caller's
+    // context), twice is EADDRINUSE, leaving twice EADDRNOTAVAIL.
+    check(fails_with(rdma_join_multicast(id2, reinterpret_cast<sockaddr*>(&mine2), nullptr), EINVAL),
+          "rdma_join_multicast of a unicast address: EINVAL");
+    sockaddr_in grp = ip4("239.62.1.1", 0);
+    int ctx = 0;
+    check(rdma_join_multicast(id2, reinterpret_cast<sockaddr*>(&grp), &ctx) == 0, "rdma_join_multicast 239.62.1.1", err());
+    check(fails_with(rdma_join_multicast(id2, reinterpret_cast<sockaddr*>(&grp), &ctx), EADDRINUSE),
+          "rdma_join_multicast of the same group again: EADDRINUSE");
+    rdma_cm_event* mev = nullptr;
+    if (rdma_get_cm_event(ch, &mev) == 0) {
+      const uint8_t mgid[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 239, 62, 1, 1};
+      check(mev->event == RDMA_CM_EVENT_MULTICAST_JOIN && mev->id == id2 && mev->status == 0 &&
+                mev->param.ud.private_data == &ctx && mev->param.ud.qp_num == 0xFFFFFF &&
+                mev->param.ud.qkey == RDMA_UDP_QKEY && mev->param.ud.ah_attr.is_global == 1 &&
+                std::memcmp(mev->param.ud.ah_attr.grh.dgid.raw, mgid, 16) == 0,
+            std::string("MULTICAST_JOIN: ") + rdma_event_str(mev->event) + ", MGID ::ffff:239.62.1.1, QPN 0xFFFFFF, "
+                "RDMA_UDP_QKEY, the join's context");
+      rdma_ack_cm_event(mev);
+    } else {
+      check(false, "MULTICAST_JOIN event", err());
+    }
+    check(rdma_leave_multicast(id2, reinterpret_cast<sockaddr*>(&grp)) == 0, "rdma_leave_multicast", err());
+    check(fails_with(rdma_leave_multicast(id2, reinterpret_cast<sockaddr*>(&grp)), EADDRNOTAVAIL),
+          "rdma_leave_multicast again: EADDRNOTAVAIL");
     int tos = 0;
     check(rdma_set_option(id2, RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR, &tos, sizeof(tos)) == 0,
           "rdma_set_option REUSEADDR accepted");

@@ -19,6 +19,7 @@
 #include <random>
 #include <thread>
 #include <tuple>
+#include <type_traits>
 
 #include "cm_agent_pair.h"
 #include "engine_env.h"
@@ -571,6 +572,67 @@ TEMPLATE_TEST_CASE("cm: UD: SIDR_REQ / SIDR_REP through the agents", "[shim][cm]
   CHECK(est.ah_attr.is_global == 1);
   CHECK(est.ah_attr.grh.sgid_index == droce::shim::test::kRoceGidIndex);
   CHECK(std::memcmp(est.ah_attr.grh.dgid.raw, wire::gid_from_ipv4(kDevB).data(), 16) == 0);
+}
+
+TEMPLATE_TEST_CASE("cm: multicast join: MULTICAST_JOIN with the group's address vector, bad joins refused", "[shim][cm][mcast]", AgentPairCm, RealCm) {
+  TestType cm;
+  Fixture f({}, cm.get());
+  CmCl cl(f);
+  const uint32_t ch = cl.channel();
+  auto join = [&](uint32_t id, CmAddr a, uint32_t flags = RDMA_MC_JOIN_FLAG_FULLMEMBER) {
+    Empty e;
+    return cl.conn.call<Op::CmJoinMulticast>({id, flags, a}, e);
+  };
+  const CmAddr group = addr4(0xEF010203, 0);  // 239.1.2.3
+  const uint32_t ud = cl.id(ch, RDMA_PS_UDP, IBV_QPT_UD);
+  // Not bound to a device yet (rdma_join_multicast needs a bound or resolved id).
+  CHECK(join(ud, group) == -EINVAL);
+  REQUIRE(cl.bind(ud, addr4(kDevA, 0)) == 0);
+  REQUIRE(join(ud, group) == 0);
+  CmEventResp ev = cl.expect(ch, RDMA_CM_EVENT_MULTICAST_JOIN);
+  CHECK(ev.id == ud);
+  CHECK(ev.status == 0);
+  CHECK(ev.ud_qp_num == 0xFFFFFF);
+  CHECK(ev.ud_qkey == cm::kUdpQkey);
+  CHECK(ev.ah_attr.is_global == 1);
+  CHECK(ev.ah_attr.port_num == 1);
+  CHECK(ev.ah_attr.grh.hop_limit == 64);
+  CHECK(ev.ah_attr.grh.sgid_index == droce::shim::test::kRoceGidIndex);
+  // The MGID: the IPv4-mapped group address, as Linux's cma on RoCEv2.
+  CHECK(std::memcmp(ev.ah_attr.grh.dgid.raw, wire::gid_from_ipv4(0xEF010203).data(), 16) == 0);
+  CHECK(ip_of(ev.info.src) == kDevA);
+  // Bad joins: a unicast address, the wildcard, another family, reserved flags,
+  // an RC id, someone else's (unknown) handle.
+  CHECK(join(ud, addr4(kDevB, 0)) == -EINVAL);
+  CHECK(join(ud, addr4(0, 0)) == -EINVAL);
+  CmAddr g6{};
+  sockaddr_in6 s6{};
+  s6.sin6_family = AF_INET6;
+  s6.sin6_addr.s6_addr[0] = 0xff;
+  s6.sin6_addr.s6_addr[1] = 0x0e;
+  s6.sin6_addr.s6_addr[15] = 1;
+  std::memcpy(g6.bytes, &s6, sizeof(s6));
+  CHECK(join(ud, g6) == -EINVAL);
+  CHECK(join(ud, group, RDMA_MC_JOIN_FLAG_RESERVED) == -EINVAL);
+  CHECK(join(ud, group, RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER) == 0);
+  cl.expect(ch, RDMA_CM_EVENT_MULTICAST_JOIN);
+  const uint32_t rc = cl.id(ch, RDMA_PS_TCP, IBV_QPT_RC);
+  REQUIRE(cl.bind(rc, addr4(kDevA, 0)) == 0);
+  CHECK(join(rc, group) == -EINVAL);
+  CHECK(join(9999, group) == -EBADF);
+  CHECK(cl.quiet(ch));
+  if constexpr (std::is_same_v<TestType, RealCm>) {
+    // mckey's way: rdma_resolve_addr from a bound address to the group: the
+    // group's MAC needs no ARP, ADDR_RESOLVED at once; then the join.
+    const uint32_t u2 = cl.id(ch, RDMA_PS_UDP, IBV_QPT_UD);
+    Empty e;
+    REQUIRE(cl.conn.call<Op::CmResolveAddr>({u2, 2000, addr4(kDevA, 0), group}, e) == 0);
+    cl.expect(ch, RDMA_CM_EVENT_ADDR_RESOLVED);
+    REQUIRE(join(u2, group) == 0);
+    ev = cl.expect(ch, RDMA_CM_EVENT_MULTICAST_JOIN);
+    CHECK(ev.id == u2);
+    CHECK(std::memcmp(ev.ah_attr.grh.dgid.raw, wire::gid_from_ipv4(0xEF010203).data(), 16) == 0);
+  }
 }
 
 TEMPLATE_TEST_CASE("cm: migrate an id with its events; destroy drops unread events; backlog", "[shim][cm]", AgentPairCm, RealCm) {

@@ -29,3 +29,24 @@ TEST_CASE("crc32: folded implementation equals zlib at every length and alignmen
     }
   }
 }
+
+TEST_CASE("crc32: a fold over pieces equals one pass, whatever the cuts", "[wire][icrc]") {
+  std::mt19937 rng(777);
+  std::vector<uint8_t> buf(5000);
+  for (auto& b : buf) b = static_cast<uint8_t>(rng());
+  for (int trial = 0; trial < 400; ++trial) {
+    const size_t len = rng() % buf.size();
+    const uint32_t ref = static_cast<uint32_t>(crc32_z(0, buf.data(), len));
+    // Up to 6 pieces of random lengths (empty ones included), from register ~0.
+    Crc32Fold f(~0u);
+    size_t at = 0;
+    for (int k = 0; k < 6 && at < len; ++k) {
+      const size_t n = k == 5 ? len - at : std::min<size_t>(len - at, rng() % 3 == 0 ? rng() % 17 : rng() % 600);
+      f.update(buf.data() + at, n);
+      at += n;
+    }
+    f.update(buf.data() + at, len - at);
+    INFO("trial " << trial << " len " << len);
+    CHECK(~f.finish() == ref);
+  }
+}

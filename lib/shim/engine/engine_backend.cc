@@ -108,6 +108,7 @@ struct EngineShimBackend::Qp {
   bool has_rq = false;
   uint32_t max_send_sge = 1, max_recv_sge = 1;
   bool dead = false;
+  uint32_t mcast_groups = 0;  // successful attach_mcast calls minus detaches (control thread)
   // Asynchronous events (core thread, except `event`).
   int async_fd = -1;             // the client's, owned by the ShimServer
   bool err_seen = false;         // the current stay in ERR was looked at
@@ -657,8 +658,38 @@ int EngineShimBackend::destroy_qp(const ClientInfo&, ObjId id) {
     return -p->eng->destroy_qp(p->qpn);
   });
   if (rc == -ETIMEDOUT) it->second.release();
+  const bool groups = p->mcast_groups != 0;
+  const uint32_t port = p->port;
   qps_.erase(it);
+  if (groups) dp_.mcast_sync(port);  // the engine left the QP's groups: the device filter follows
   return rc == -ETIMEDOUT ? rc : 0;
+}
+
+// ---- multicast ----
+
+int EngineShimBackend::attach_mcast(const ClientInfo&, ObjId id, const ibv_gid& gid) {
+  auto it = qps_.find(id);
+  if (it == qps_.end()) return -ENOENT;
+  Qp* p = it->second.get();
+  if (p->type != verbs::QpType::UD) return -EINVAL;
+  wire::Gid g;
+  std::memcpy(g.data(), gid.raw, 16);
+  if (!wire::gid_is_multicast(g)) return -EINVAL;
+  const int rc = dp_.attach_mcast(p->port, p->qpn, g);
+  if (rc == 0) ++p->mcast_groups;  // attaching twice is one membership: counted per call, bounded below
+  return -rc;
+}
+
+int EngineShimBackend::detach_mcast(const ClientInfo&, ObjId id, const ibv_gid& gid) {
+  auto it = qps_.find(id);
+  if (it == qps_.end()) return -ENOENT;
+  Qp* p = it->second.get();
+  if (p->type != verbs::QpType::UD) return -EINVAL;
+  wire::Gid g;
+  std::memcpy(g.data(), gid.raw, 16);
+  const int rc = dp_.detach_mcast(p->port, p->qpn, g);
+  if (rc == 0 && p->mcast_groups) --p->mcast_groups;
+  return -rc;
 }
 
 // ---- AH ----

@@ -94,6 +94,8 @@ class EngineShimBackend final : public ShimBackend {
   int destroy_qp(const ClientInfo& c, ObjId qp) override;
   int create_ah(const ClientInfo& c, ObjId pd, const ibv_ah_attr& a, AhResult& out) override;
   int destroy_ah(const ClientInfo& c, ObjId ah) override;
+  int attach_mcast(const ClientInfo& c, ObjId qp, const ibv_gid& gid) override;
+  int detach_mcast(const ClientInfo& c, ObjId qp, const ibv_gid& gid) override;
   void client_gone(const ClientInfo& c) override;
   bool take_qp_event(const ClientInfo& c, ObjId qp, uint32_t& type) override;
   bool take_cq_event(const ClientInfo& c, ObjId cq, uint32_t& type) override;

@@ -1508,8 +1508,18 @@ DROCE_EXPORT ibv_ah* ibv_create_ah_from_wc(ibv_pd* pd, ibv_wc* wc, ibv_grh* grh,
   return ibv_create_ah(pd, &a);
 }
 
-DROCE_EXPORT int ibv_attach_mcast(ibv_qp*, const ibv_gid*, uint16_t) { return EOPNOTSUPP; }
-DROCE_EXPORT int ibv_detach_mcast(ibv_qp*, const ibv_gid*, uint16_t) { return EOPNOTSUPP; }
+// UD multicast: the daemon attaches the QP on its core (lib/engine README:
+// Multicast). Returns 0 or an errno value, as libibverbs does.
+DROCE_EXPORT int ibv_attach_mcast(ibv_qp* qp, const ibv_gid* gid, uint16_t lid) {
+  if (qp == nullptr || gid == nullptr) return EINVAL;
+  Empty e;
+  return -conn_of(qp->context).call<Op::AttachMcast>({reinterpret_cast<FQp*>(qp)->handle, lid, 0, *gid}, e);
+}
+DROCE_EXPORT int ibv_detach_mcast(ibv_qp* qp, const ibv_gid* gid, uint16_t lid) {
+  if (qp == nullptr || gid == nullptr) return EINVAL;
+  Empty e;
+  return -conn_of(qp->context).call<Op::DetachMcast>({reinterpret_cast<FQp*>(qp)->handle, lid, 0, *gid}, e);
+}
 
 // ---- asynchronous events ----------------------------------------------------------
 // IBV_EVENT_QP_FATAL when a QP goes to ERR by itself, IBV_EVENT_QP_LAST_WQE_REACHED

@@ -85,7 +85,8 @@ j = json.load(open(sys.argv[1]))
 loops = {l["loop"]: l["commands"] for l in j["loops"]}
 qs = [q for q in j["queues"] if q["qid"] > 0]
 print("    droce-ctl nvmf: loops", loops, "I/O queues", [(q["qid"], q["loop"], q["commands"], q["p50_us"]) for q in qs])
-ok = len(loops) == 2 and all(v >= 2000 for v in loops.values()) and len(qs) == 2 and all(q["lat_n"] > 0 for q in qs)
+ok = (len(loops) == 2 and all(v >= 1000 for v in loops.values()) and len(qs) == 2 and all(q["lat_n"] > 0 for q in qs)
+      and sum(q["commands"] for q in qs) >= 4000)
 sys.exit(0 if ok else 1)' "$tmp/ctl.json"; then
     echo "ok: droce-ctl nvmf (control socket)"
   else
@@ -97,7 +98,9 @@ stop_target "$tmp/target2.log"
 for l in 0 1; do
   n=$(awk -v l="$l" '$1 == "droce-nvmf:" && $2 == "loop" && $3 == l { for (i = 4; i < NF; i++) if ($i == "commands") print $(i + 1) }' "$tmp/target2.log")
   echo "    loop $l commands ${n:-none}"
-  if [ -z "$n" ] || [ "$n" -lt 2000 ]; then echo "FAIL: loop $l served ${n:-no} commands (want >= 2000)"; fails=$((fails + 1)); fi
+  # 2000 verified I/Os are 4000 commands over two I/O queues, one a loop, split
+  # as the host's queue choice falls (1995/2007 seen): each loop a clear share.
+  if [ -z "$n" ] || [ "$n" -lt 1000 ]; then echo "FAIL: loop $l served ${n:-no} commands (want >= 1000)"; fails=$((fails + 1)); fi
 done
 [ "$fails" -eq 0 ] && echo "all passed"
 [ "$fails" -eq 0 ]

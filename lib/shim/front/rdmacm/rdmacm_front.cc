@@ -39,6 +39,7 @@
 #include <mutex>
 #include <new>
 #include <string>
+#include <vector>
 
 #include "shim/client/client.h"
 
@@ -184,6 +185,16 @@ struct FId {
 };
 std::map<uint32_t, FId*> g_ids;  // handle -> id (live ids only)
 
+// A multicast group the id joined (rdma_join_multicast): the program's
+// context comes back in MULTICAST_JOIN's param.ud.private_data, as librdmacm.
+struct McJoin {
+  ibv_gid mgid;
+  void* context;
+  uint32_t flags;  // RDMA_MC_JOIN_FLAG_*
+  bool attached;   // the id's QP was attached when MULTICAST_JOIN was read
+};
+std::map<FId*, std::vector<McJoin>> g_joins;  // (g_mu) ids with groups
+
 struct FEvent {
   rdma_cm_event ev;  // first
   FId* owner;        // the id the event names (a reference)
@@ -195,6 +206,10 @@ FChannel* chan_of(rdma_event_channel* c) { return reinterpret_cast<FChannel*>(c)
 FId* fid_of(rdma_cm_id* id) { return reinterpret_cast<FId*>(id); }
 
 void free_id(FId* f) {
+  {
+    std::lock_guard<std::mutex> g(g_mu);
+    g_joins.erase(f);
+  }
   free(f->qp_init_attr);
   f->~FId();
   free(f);
@@ -588,6 +603,39 @@ FEvent* process_event(const CmEventResp& r) {
       if (f->connect_error) { skip = true; break; }
       copy_conn(e, r.param);
       break;
+    case RDMA_CM_EVENT_MULTICAST_JOIN: {
+      // As librdmacm: the group's context, and the id's QP attached now
+      // (not for a send-only member); a failed attach is MULTICAST_ERROR.
+      copy_ud(e, r);
+      bool found = false;
+      uint32_t flags = 0;
+      {
+        std::lock_guard<std::mutex> g(g_mu);
+        for (McJoin& j : g_joins[f])
+          if (std::memcmp(j.mgid.raw, r.ah_attr.grh.dgid.raw, 16) == 0) {
+            found = true;
+            flags = j.flags;
+            e->ev.param.ud.private_data = j.context;
+            e->ev.param.ud.private_data_len = 0;
+          }
+      }
+      if (!found) {  // left before the event was read
+        skip = true;
+        break;
+      }
+      if (f->id.qp != nullptr && flags != RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER) {
+        const int rc = ibv_attach_mcast(f->id.qp, &r.ah_attr.grh.dgid, 0);
+        if (rc != 0) {
+          e->ev.event = RDMA_CM_EVENT_MULTICAST_ERROR;
+          e->ev.status = -rc;
+        } else {
+          std::lock_guard<std::mutex> g(g_mu);
+          for (McJoin& j : g_joins[f])
+            if (std::memcmp(j.mgid.raw, r.ah_attr.grh.dgid.raw, 16) == 0) j.attached = true;
+        }
+      }
+      break;
+    }
     default:
       if (is_ud(f)) copy_ud(e, r); else copy_conn(e, r.param);
       break;
@@ -1205,10 +1253,93 @@ DROCE_EXPORT void rdma_free_devices(ibv_context** list) { free(list); }
 
 // ---- multicast and ECE -----------------------------------------------------------
 
-// droce has no multicast (no multicast groups in the engine, no SA).
-DROCE_EXPORT int rdma_join_multicast(rdma_cm_id*, sockaddr*, void*) { return fail(ENOSYS); }
-DROCE_EXPORT int rdma_join_multicast_ex(rdma_cm_id*, rdma_cm_join_mc_attr_ex*, void*) { return fail(ENOSYS); }
-DROCE_EXPORT int rdma_leave_multicast(rdma_cm_id*, sockaddr*) { return fail(ENOSYS); }
+// UD multicast (README: Multicast). The MGID of a group address as Linux's
+// cma makes it on RoCEv2: IPv4 a.b.c.d -> ::ffff:a.b.c.d, IPv6 as is. False
+// when the address is not a multicast one.
+static bool mgid_of(const sockaddr* a, ibv_gid& g) {
+  std::memset(g.raw, 0, 16);
+  if (a->sa_family == AF_INET) {
+    const auto* in = reinterpret_cast<const sockaddr_in*>(a);
+    g.raw[10] = g.raw[11] = 0xff;
+    std::memcpy(g.raw + 12, &in->sin_addr, 4);
+    return (g.raw[12] & 0xF0) == 0xE0;
+  }
+  if (a->sa_family == AF_INET6) {
+    std::memcpy(g.raw, &reinterpret_cast<const sockaddr_in6*>(a)->sin6_addr, 16);
+    return g.raw[0] == 0xff;
+  }
+  return false;
+}
+
+DROCE_EXPORT int rdma_join_multicast_ex(rdma_cm_id* id, rdma_cm_join_mc_attr_ex* attr, void* context) {
+  if (id == nullptr || attr == nullptr) return fail(EINVAL);
+  constexpr uint32_t kKnown = RDMA_CM_JOIN_MC_ATTR_ADDRESS | RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS;
+  if ((attr->comp_mask & ~kKnown) || !(attr->comp_mask & RDMA_CM_JOIN_MC_ATTR_ADDRESS)) return fail(EINVAL);
+  const uint32_t flags = (attr->comp_mask & RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS) ? uint32_t{attr->join_flags}
+                                                                             : uint32_t{RDMA_MC_JOIN_FLAG_FULLMEMBER};
+  if (flags >= RDMA_MC_JOIN_FLAG_RESERVED) return fail(EINVAL);
+  if (attr->addr == nullptr || addr_len(attr->addr) == 0) return fail(EINVAL);
+  FId* f = fid_of(id);
+  if (!is_ud(f)) return fail(EINVAL);
+  McJoin j{};
+  if (!mgid_of(attr->addr, j.mgid)) return fail(EINVAL);
+  j.context = context;
+  j.flags = flags;
+  {
+    std::lock_guard<std::mutex> g(g_mu);
+    auto& v = g_joins[f];
+    for (const McJoin& o : v)
+      if (std::memcmp(o.mgid.raw, j.mgid.raw, 16) == 0) return fail(EADDRINUSE);
+    v.push_back(j);
+  }
+  CmJoinReq req{};
+  req.id = f->handle;
+  req.join_flags = flags;
+  to_cm_addr(req.addr, attr->addr);
+  Empty e;
+  if (int rc = call<Op::CmJoinMulticast>(req, e)) {
+    std::lock_guard<std::mutex> g(g_mu);
+    std::erase_if(g_joins[f], [&](const McJoin& o) { return std::memcmp(o.mgid.raw, j.mgid.raw, 16) == 0; });
+    return status(rc);
+  }
+  return complete(f);
+}
+
+DROCE_EXPORT int rdma_join_multicast(rdma_cm_id* id, sockaddr* addr, void* context) {
+  rdma_cm_join_mc_attr_ex a{};
+  a.comp_mask = RDMA_CM_JOIN_MC_ATTR_ADDRESS | RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS;
+  a.join_flags = RDMA_MC_JOIN_FLAG_FULLMEMBER;
+  a.addr = addr;
+  return rdma_join_multicast_ex(id, &a, context);
+}
+
+DROCE_EXPORT int rdma_leave_multicast(rdma_cm_id* id, sockaddr* addr) {
+  if (id == nullptr || addr == nullptr) return fail(EINVAL);
+  FId* f = fid_of(id);
+  ibv_gid mgid;
+  if (!mgid_of(addr, mgid)) return fail(EINVAL);
+  bool found = false, attached = false;
+  {
+    std::lock_guard<std::mutex> g(g_mu);
+    auto it = g_joins.find(f);
+    if (it != g_joins.end()) {
+      auto& v = it->second;
+      for (size_t i = 0; i < v.size(); ++i)
+        if (std::memcmp(v[i].mgid.raw, mgid.raw, 16) == 0) {
+          found = true;
+          attached = v[i].attached;
+          v.erase(v.begin() + static_cast<long>(i));
+          break;
+        }
+    }
+  }
+  if (!found) return fail(EADDRNOTAVAIL);
+  // A JOIN not read yet is skipped when it is (its group is gone).
+  if (attached && id->qp != nullptr) {
+    if (int rc = ibv_detach_mcast(id->qp, &mgid, 0)) return fail(rc);
+  }
+  return 0;
+}
 
 // No ECE on droce: the local options are validated as librdmacm does and not
 // sent; the peer's read as zero (no vendor).
