@@ -357,8 +357,11 @@ TEST_CASE("front: extended CQ and QP creation refuses what droce lacks", "[shim]
            IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
            IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_SEND_WITH_INV,
        true},
-      {IBV_QPT_RC, IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_BIND_MW, false},  // no memory windows
-      {IBV_QPT_RC, IBV_QP_EX_WITH_LOCAL_INV, false},
+      {IBV_QPT_RC, IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_BIND_MW, true},
+      {IBV_QPT_RC, IBV_QP_EX_WITH_LOCAL_INV, true},
+      {IBV_QPT_UC, IBV_QP_EX_WITH_BIND_MW | IBV_QP_EX_WITH_LOCAL_INV, true},
+      {IBV_QPT_UD, IBV_QP_EX_WITH_BIND_MW, false},
+      {IBV_QPT_UD, IBV_QP_EX_WITH_LOCAL_INV, false},
       {IBV_QPT_RC, IBV_QP_EX_WITH_ATOMIC_WRITE, false},
       {IBV_QPT_RC, 1u << 11, false},  // FLUSH (rdma-core 45's IBV_QP_EX_WITH_FLUSH)
       {IBV_QPT_UC, IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_SEND_WITH_IMM, true},
@@ -386,8 +389,8 @@ TEST_CASE("front: extended CQ and QP creation refuses what droce lacks", "[shim]
     // Builders only for the operations asked for.
     CHECK((x->wr_send != nullptr) == ((c.ops & IBV_QP_EX_WITH_SEND) != 0));
     CHECK((x->wr_rdma_read != nullptr) == ((c.ops & IBV_QP_EX_WITH_RDMA_READ) != 0));
-    CHECK(x->wr_bind_mw == nullptr);
-    CHECK(x->wr_local_inv == nullptr);
+    CHECK((x->wr_bind_mw != nullptr) == ((c.ops & IBV_QP_EX_WITH_BIND_MW) != 0));
+    CHECK((x->wr_local_inv != nullptr) == ((c.ops & IBV_QP_EX_WITH_LOCAL_INV) != 0));
     CHECK(ibv_destroy_qp(qp) == 0);
   }
   // Create flags and unknown attributes are refused; a PD is required.

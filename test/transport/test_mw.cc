@@ -144,10 +144,14 @@ TEST_CASE("mw: type 2 window bound to one QP and refused to others then LOCAL_IN
     REQUIRE(wc.opcode == WcOpcode::BindMw);
     return (cur & ~0xFFu) | kb;
   };
-  auto refused = [&](uint32_t qa, uint32_t rkey) {
+  // A refused WRITE: remote access error at the requester, one NAK counted by
+  // the responder, memory untouched.
+  auto refused = [&](uint32_t qa, uint32_t rkey, uint64_t off = 0, uint32_t len = 64) {
     const std::vector<uint8_t> before = target.mem;
-    Wc wc = post_and_wait(w, a, qa, remote_wr(7, WrOpcode::RdmaWrite, src, 64, target.addr(), rkey));
+    const uint64_t naks = b.eng->counter(Ctr::ErrNakSent);
+    Wc wc = post_and_wait(w, a, qa, remote_wr(7, WrOpcode::RdmaWrite, src, len, target.addr() + off, rkey));
     CHECK(wc.status == WcStatus::RemAccessErr);
+    CHECK(b.eng->counter(Ctr::ErrNakSent) == naks + 1);
     CHECK(target.mem == before);
   };
   // Bound to qb1: WRITE and READ through it on that connection.
@@ -199,6 +203,24 @@ TEST_CASE("mw: type 2 window bound to one QP and refused to others then LOCAL_IN
     s2.invalidate_rkey = rkey;
     wc = post_and_wait(w, a, qa5, s2);
     CHECK(wc.status == WcStatus::RemInvReqErr);
+  }
+  // Outside the range: a second window over [4096, 8192) of the MR, bound on
+  // a connection of its own; a WRITE inside it lands, then one below it (k 0)
+  // or one running 32 bytes past its end (k 1) is refused although the MR
+  // covers it. Each refusal ends its connection, so each k has its own.
+  for (int k = 0; k < 2; k++) {
+    CAPTURE(k);
+    uint32_t mw2 = 0;
+    REQUIRE(b.eng->alloc_mw(b.pd, MwType::Type2, &mw2) == 0);
+    auto [qa7, qb7] = w.connect(0, 1, QpType::RC);
+    wc = post_and_wait(w, b, qb7, bind_wr(60, mw2, 0x40, target, 4096, 4096, rw, false));
+    REQUIRE(wc.status == WcStatus::Success);
+    mw2 = (mw2 & ~0xFFu) | 0x40;
+    wc = post_and_wait(w, a, qa7, remote_wr(61, WrOpcode::RdmaWrite, src, 64, target.addr() + 8192 - 64, mw2));
+    CHECK(wc.status == WcStatus::Success);
+    CHECK(std::equal(src.mem.begin(), src.mem.begin() + 64, target.mem.begin() + 8192 - 64));
+    refused(qa7, mw2, k == 0 ? 4096 - 64 : 8192 - 32);
+    CHECK(b.eng->dealloc_mw(mw2) == 0);
   }
   // Bound again; dereg of its MR is refused; dealloc kills the key; then dereg works.
   auto [qa6, qb6] = w.connect(0, 1, QpType::RC);

@@ -650,6 +650,27 @@ void wr_atomic_fetch_add(ibv_qp_ex* qx, uint32_t rkey, uint64_t addr, uint64_t a
     w->compare_add = add;
   }
 }
+// BIND_MW of a type 2 window with the key the consumer chose, and LOCAL_INV:
+// the same ring entries ibv_post_send makes (fill_send); the engine checks them.
+void wr_bind_mw(ibv_qp_ex* qx, ibv_mw* mw, uint32_t rkey, const ibv_mw_bind_info* b) {
+  FQp* q = qp_of(qx);
+  if (q->wr_err) return;
+  if (mw == nullptr || b == nullptr) {
+    q->wr_err = EINVAL;
+    return;
+  }
+  if (auto* w = wr_next(q, DROCE_WR_BIND_MW)) {
+    w->send_flags &= ~static_cast<uint32_t>(DROCE_SEND_BIND_TYPE1);
+    w->imm_data = mw->rkey;
+    w->rkey = rkey;
+    w->remote_addr = b->addr;
+    w->compare_add = b->length;
+    w->swap = (b->mr ? b->mr->lkey : 0u) | (uint64_t{static_cast<uint32_t>(b->mw_access_flags)} << 32);
+  }
+}
+void wr_local_inv(ibv_qp_ex* qx, uint32_t invalidate_rkey) {
+  if (auto* w = wr_next(qp_of(qx), DROCE_WR_LOCAL_INV)) w->imm_data = invalidate_rkey;
+}
 
 void wr_set_ud_addr(ibv_qp_ex* qx, ibv_ah* ah, uint32_t remote_qpn, uint32_t remote_qkey) {
   FQp* q = qp_of(qx);
@@ -718,13 +739,14 @@ void wr_set_inline_data(ibv_qp_ex* qx, void* addr, size_t length) {
 }
 
 // The send operations each QP type offers (as ibv_post_send: kSendOps*);
-// LOCAL_INV, BIND_MW (no memory windows), TSO, FLUSH and ATOMIC_WRITE are not.
+// TSO, FLUSH and ATOMIC_WRITE are not.
 constexpr uint64_t kQpExOpsRc = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |
                                 IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ |
                                 IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD |
-                                IBV_QP_EX_WITH_SEND_WITH_INV;
+                                IBV_QP_EX_WITH_SEND_WITH_INV | IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_BIND_MW;
 constexpr uint64_t kQpExOpsUc = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |
-                                IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM;
+                                IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_LOCAL_INV |
+                                IBV_QP_EX_WITH_BIND_MW;
 constexpr uint64_t kQpExOpsUd = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM;
 
 void set_qp_ex_ops(ibv_qp_ex& x, uint64_t ops) {
@@ -736,6 +758,8 @@ void set_qp_ex_ops(ibv_qp_ex& x, uint64_t ops) {
   if (ops & IBV_QP_EX_WITH_RDMA_READ) x.wr_rdma_read = wr_rdma_read;
   if (ops & IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP) x.wr_atomic_cmp_swp = wr_atomic_cmp_swp;
   if (ops & IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD) x.wr_atomic_fetch_add = wr_atomic_fetch_add;
+  if (ops & IBV_QP_EX_WITH_BIND_MW) x.wr_bind_mw = wr_bind_mw;
+  if (ops & IBV_QP_EX_WITH_LOCAL_INV) x.wr_local_inv = wr_local_inv;
   x.wr_set_ud_addr = wr_set_ud_addr;
   x.wr_set_sge = wr_set_sge;
   x.wr_set_sge_list = wr_set_sge_list;
