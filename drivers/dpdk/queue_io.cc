@@ -256,9 +256,6 @@ TscClock::TscClock() : base_(rte_rdtsc()), hz_(rte_get_tsc_hz()) {
   mult_ = static_cast<uint64_t>((static_cast<u128>(1'000'000'000) << 32) / hz_);
 }
 
-uint64_t TscClock::now_ns() const noexcept {
-  const uint64_t d = rte_rdtsc() - base_;
-  return static_cast<uint64_t>((static_cast<u128>(d) * mult_) >> 32);
-}
+uint64_t TscClock::now_ns() const noexcept { return ns_of(rte_rdtsc()); }
 
 }  // namespace droce::dpdk

@@ -126,6 +126,11 @@ class TscClock final : public io::Clock {
   TscClock();
   uint64_t now_ns() const noexcept override;
   uint64_t tsc_hz() const noexcept { return hz_; }
+  // now_ns() for a TSC value the caller already read (a poll loop reads it once per turn).
+  uint64_t ns_of(uint64_t tsc) const noexcept {
+    __extension__ using u128 = unsigned __int128;
+    return static_cast<uint64_t>((static_cast<u128>(tsc - base_) * mult_) >> 32);
+  }
 
  private:
   uint64_t base_;

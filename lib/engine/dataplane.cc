@@ -551,10 +551,12 @@ uint32_t CoreLoop::poll_once() noexcept {
   // reach the engine before this iteration's receive burst, so a datagram
   // never finds the receive queue empty while its WQE waits in a ring, and a
   // send goes out in the same iteration it is taken.
-  for (auto& p : pollers_) work += p.second();
-  for (auto& s : slots_) work += s.eng->poll();
-  if (!rte_ring_empty(cmd_)) run_commands();
+  // One TSC read per turn, for the engines' clocks and the housekeeping tick.
   const uint64_t now = rte_rdtsc();
+  for (auto& p : pollers_) work += p.second();
+  const uint64_t now_ns = dp_.clock_.ns_of(now);
+  for (auto& s : slots_) work += s.eng->poll(now_ns);
+  if (!rte_ring_empty(cmd_)) run_commands();
   if (now >= next_hk_) housekeeping(now);
   cc_->add(CoreCounter::polls);
   if (work) cc_->add(CoreCounter::busy_polls);

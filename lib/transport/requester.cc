@@ -77,7 +77,8 @@ wire::Position position(uint32_t k, uint32_t n) noexcept {
 bool build_packet(Engine& e, Qp& q, SendWqe& w, bool* last_of_wqe) noexcept {
   const uint32_t k = static_cast<uint32_t>(psn_diff(q.req.psn, w.first_psn));
   const WrOpcode o = w.wr.opcode;
-  wire::Headers h;
+  // Connected QPs start from their template (copied once, not zeroed first).
+  wire::Headers h = q.type == QpType::UD ? wire::Headers{} : q.hdr;
   if (q.type == QpType::UD) {
     h.l2.src = q.hdr.l2.src;
     h.l2.dst = w.ah.dmac;
@@ -94,8 +95,6 @@ bool build_packet(Engine& e, Qp& q, SendWqe& w, bool* last_of_wqe) noexcept {
     // C10-15: a Q_Key with the high bit set means "use the QP's Q_Key".
     h.ext.deth.qkey = (w.wr.ud.remote_qkey & 0x80000000u) ? q.attr.qkey : w.wr.ud.remote_qkey;
     h.ext.deth.sqpn = q.qpn;
-  } else {
-    h = q.hdr;
   }
   h.bth.psn = q.req.psn;
   uint32_t payload = 0, offset = 0;

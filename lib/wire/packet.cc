@@ -1,5 +1,7 @@
 #include "wire/packet.h"
 
+#include <endian.h>
+
 #include <cstring>
 
 #include "wire/icrc.h"
@@ -104,11 +106,29 @@ const char* parse_error_name(ParseError e) noexcept {
 }
 
 uint16_t ipv4_checksum(const uint8_t* hdr, size_t len) noexcept {
-  uint32_t sum = 0;
-  for (size_t i = 0; i + 1 < len; i += 2) sum += (uint32_t{hdr[i]} << 8) | hdr[i + 1];
-  if (len & 1) sum += uint32_t{hdr[len - 1]} << 8;
+  // Ones' complement sums are byte-order independent (RFC 1071): add 32-bit
+  // words as they lie in memory, fold, and swap the 16-bit result once.
+  uint64_t sum = 0;
+  size_t i = 0;
+  for (; i + 4 <= len; i += 4) {
+    uint32_t w;
+    std::memcpy(&w, hdr + i, 4);
+    sum += w;
+  }
+  for (; i + 2 <= len; i += 2) {
+    uint16_t w;
+    std::memcpy(&w, hdr + i, 2);
+    sum += w;
+  }
+  if (i < len) {
+    const uint8_t last[2] = {hdr[i], 0};
+    uint16_t w;
+    std::memcpy(&w, last, 2);
+    sum += w;
+  }
   while (sum >> 16) sum = (sum & 0xFFFF) + (sum >> 16);
-  return static_cast<uint16_t>(~sum);
+  const auto native = static_cast<uint16_t>(~sum);
+  return static_cast<uint16_t>(be16toh(native));
 }
 
 ParseError parse_frame(std::span<const uint8_t> frame, PacketView& v, ParseOptions opt) noexcept {
