@@ -313,8 +313,17 @@ int fill_send(const FQp& q, const ibv_send_wr& wr, droce_shm_send_wqe* w) {
   return 0;
 }
 
+// A QP in RESET takes no work request (EINVAL, as rxe and rdma-core's tests
+// expect). Only ibv_modify_qp moves a QP into or out of RESET (the engine's
+// own transitions go to ERR), so the state ibv_modify_qp records is exact here.
+bool in_reset(const ibv_qp* qp) { return __atomic_load_n(&qp->state, __ATOMIC_RELAXED) == IBV_QPS_RESET; }
+
 int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) {
   auto* q = reinterpret_cast<FQp*>(qp);
+  if (in_reset(qp)) {
+    if (bad) *bad = wr;
+    return EINVAL;
+  }
   std::lock_guard<SpinLock> g(q->ring.sq_lock);
   // free_slots() counts from the last published entry, so it includes the
   // n slots filled but not yet published.
@@ -338,7 +347,7 @@ int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) {
 // with the window's next key (ibv_inc_rkey), which the window takes now, as
 // rdma-core's providers do (the bind completes later, in order, on the QP).
 int bind_mw(ibv_qp* qp, ibv_mw* mw, ibv_mw_bind* mb) {
-  if (qp == nullptr || mw == nullptr || mb == nullptr || mw->type != IBV_MW_TYPE_1) return EINVAL;
+  if (qp == nullptr || mw == nullptr || mb == nullptr || mw->type != IBV_MW_TYPE_1 || in_reset(qp)) return EINVAL;
   auto* q = reinterpret_cast<FQp*>(qp);
   ibv_send_wr wr{};
   wr.wr_id = mb->wr_id;
@@ -413,6 +422,10 @@ int post_recv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad) {
   if (qp->srq != nullptr) {
     if (bad) *bad = wr;
     return EINVAL;  // receives go to the SRQ
+  }
+  if (in_reset(qp)) {
+    if (bad) *bad = wr;
+    return EINVAL;
   }
   std::lock_guard<SpinLock> g(q->ring.rq_lock);
   return post_recv_to(q->ring.rq, q->cap.max_recv_sge, wr, bad);
@@ -567,7 +580,7 @@ void wr_start(ibv_qp_ex* qx) {
 
 int wr_complete(ibv_qp_ex* qx) {
   FQp* q = qp_of(qx);
-  const int err = q->wr_err;
+  const int err = q->wr_err ? q->wr_err : (q->wr_n && in_reset(&q->qp)) ? EINVAL : 0;
   if (err == 0 && q->wr_n) q->ring.sq.publish(q->wr_n);
   q->wr_n = 0;
   q->ring.sq_lock.unlock();
@@ -1411,7 +1424,7 @@ DROCE_EXPORT int ibv_modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int mask) {
   Empty e;
   int rc = conn_of(qp->context).call<Op::ModifyQp>({reinterpret_cast<FQp*>(qp)->handle, static_cast<uint32_t>(mask), *attr}, e);
   if (rc != 0) return -rc;
-  if (mask & IBV_QP_STATE) qp->state = attr->qp_state;
+  if (mask & IBV_QP_STATE) __atomic_store_n(&qp->state, attr->qp_state, __ATOMIC_RELAXED);
   return 0;
 }
 
