@@ -6,6 +6,8 @@
 # 3. two droce nodes (droce-perf, each an embedded droce dataplane on
 #    net_af_packet at one veth end) run write, read, send and atomic
 #    workloads with the data verified, and print the perftest-style results;
+#    then the same on the fast path (net_memif) next to testpmd and memcpy
+#    (test/bench/bench_dataplane.sh memif, one round);
 # 4. with --capture FILE, the RoCEv2 traffic is captured on the veth (dumpcap /
 #    tcpdump) and every packet is decoded and its ICRC checked with droce-dump;
 # 5. two droced nodes run Debian's unmodified ibv_rc_pingpong and perftest
@@ -17,7 +19,7 @@ capture=
 while [ $# -gt 0 ]; do
   case $1 in
     --capture) capture=$(realpath -m "$2"); shift 2 ;;
-    -h|--help) sed -n 2,13p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,15p "$0"; exit 0 ;;
     *) echo "demo.sh: unknown argument $1 (see --help)"; exit 2 ;;
   esac
 done
@@ -122,6 +124,12 @@ perf read_lat -s 64 -n 1000
 perf send_lat -s 64 -n 1000
 perf atomic_lat -n 1000
 perf write_bw -s 4096 -n 1000 -q 2 --fault-drop 0.01 --fault-reorder 0.01 --fault-dup 0.01
+echo
+echo "   The figures above are kernel-bound: net_af_packet moves every frame through a sendto/recv on"
+echo "   a veth, which caps droce and dpdk-testpmd alike (well under 1 Mpps on this kind of machine)."
+echo "   The fast path is net_memif (shared memory between the two processes): droce there, next to"
+echo "   dpdk-testpmd's raw rate and memcpy measured in the same run:"
+bash test/bench/bench_dataplane.sh "$B" 3 memif 1 | sed 's/^/   /'
 
 if [ -n "$cap_pid" ]; then
   sleep 1

@@ -122,15 +122,20 @@ DROCE_VCLMUL __m128i fold_256(__m128i carry, const uint8_t*& p, size_t& n) noexc
 }
 #pragma GCC diagnostic pop
 
-const bool kHaveVpclmul = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("vpclmulqdq") &&
-                          __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
+const bool kCpuVpclmul = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("vpclmulqdq") &&
+                         __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
+const bool kCpuPclmul = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
+// The implementation in use: the best the CPU has (tests select lesser ones).
+Crc32Impl g_impl = kCpuVpclmul ? Crc32Impl::Vpclmul : kCpuPclmul ? Crc32Impl::Pclmul : Crc32Impl::Table;
+inline bool use_vpclmul() noexcept { return g_impl == Crc32Impl::Vpclmul; }
+inline bool use_pclmul() noexcept { return g_impl != Crc32Impl::Table; }
 
 // Folds whole 16-byte blocks (n % 16 == 0) into x; `started` is false while x
 // holds no block yet (then the first block takes the initial register `reg`).
 DROCE_CLMUL __m128i fold_blocks(__m128i x, bool started, uint32_t reg, const uint8_t* p, size_t n) noexcept {
   const Consts c = consts();
   if (n == 0) return x;
-  if (n >= 256 && kHaveVpclmul) {
+  if (n >= 256 && use_vpclmul()) {
     const __m128i carry = started ? fold(x, c.k3k4, _mm_setzero_si128()) : _mm_cvtsi32_si128(static_cast<int>(reg));
     __m128i x1 = fold_256(carry, p, n);
     while (n >= 16) {
@@ -167,10 +172,11 @@ DROCE_CLMUL __m128i fold_blocks(__m128i x, bool started, uint32_t reg, const uin
   return x1;
 }
 
-const bool kHavePclmul = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
 #else
-constexpr bool kHavePclmul = false;
-constexpr bool kHaveVpclmul = false;
+constexpr bool kCpuPclmul = false;
+constexpr bool kCpuVpclmul = false;
+Crc32Impl g_impl = Crc32Impl::Table;
+inline bool use_pclmul() noexcept { return false; }
 #endif
 
 }  // namespace
@@ -208,7 +214,7 @@ DROCE_CLMUL uint32_t Crc32Fold::reduce_acc() const noexcept {
 
 void Crc32Fold::update(const uint8_t* p, size_t n) noexcept {
 #if defined(__x86_64__)
-  if (kHavePclmul) {
+  if (use_pclmul()) {
     update_pclmul(p, n);
     return;
   }
@@ -230,7 +236,17 @@ uint32_t crc32_update(uint32_t crc, const uint8_t* data, size_t len) noexcept {
   return ~f.finish();
 }
 
-const char* crc32_impl_name() noexcept { return kHaveVpclmul ? "vpclmulqdq" : kHavePclmul ? "pclmul" : "table"; }
+const char* crc32_impl_name() noexcept {
+  return g_impl == Crc32Impl::Vpclmul ? "vpclmulqdq" : g_impl == Crc32Impl::Pclmul ? "pclmul" : "table";
+}
+
+Crc32Impl crc32_impl() noexcept { return g_impl; }
+
+bool crc32_select(Crc32Impl impl) noexcept {
+  if ((impl == Crc32Impl::Vpclmul && !kCpuVpclmul) || (impl == Crc32Impl::Pclmul && !kCpuPclmul)) return false;
+  g_impl = impl;
+  return true;
+}
 
 IcrcState icrc_begin(const uint8_t* l3, size_t ip_hdr_len, bool ipv6) noexcept {
   // 8 x 0xFF, IP header (<= 60), UDP (8), BTH (12), all masked as A17 says.

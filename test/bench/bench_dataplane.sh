@@ -1,21 +1,28 @@
 #!/usr/bin/env bash
-# droce's dataplane against its baselines, in one run, same port type
-# (net_af_packet on a veth pair in a namespace of its own) and core count
-# (one lcore per side: sender/client on CPU 0, receiver/server on CPU 1):
+# droce's dataplane against its baselines, in one run, same port type and core
+# count (one lcore per side: sender/client on CPU 0, receiver/server on CPU 1):
 #   1. 64-byte RC WRITE message rate (droce-perf write_bw -s 64) vs the raw
 #      64-byte packet rate of dpdk-testpmd (txonly -> rxonly) through the same port;
-#   2. 64 KiB RC WRITE throughput vs memcpy bandwidth of 64 KiB blocks;
-#   2b. the same 64 KiB WRITE with the copy path (--zero-copy-min 0) against
-#      zero-copy TX (payload attached from hugepage MRs, --zero-copy-min 1024
-#      so MTU-1024 packets go by reference; test/bench/bench_zero_copy measures
-#      the CPU cost of both paths without the kernel in the way);
+#   2. 64 KiB RC WRITE throughput vs memcpy bandwidth of 64 KiB blocks, with
+#      zero-copy TX (payload attached from hugepage MRs, --zero-copy-min 1024)
+#      and with the copy path (--zero-copy-min 0);
 #   3. the same 64-byte WRITE rate with 2 queues per port (RSS/fanout spreads
 #      frames, the cross-core rings bring them to the owning loop; both loops
-#      on one thread in embedded mode).
-#   bench_dataplane.sh BUILD_DIR [SECONDS]
+#      on one thread in embedded mode);
+#   4. 8-byte WRITE ping-pong latency (write_lat), printed without a ratio:
+#      droce-perf has no raw ping-pong yet.
+# The port is net_af_packet on a veth pair (the kernel moves every frame and is
+# the bottleneck) or net_memif (shared memory between the two processes: the
+# fast path, where the stack's own cost shows; MTU 4096 with 8 KiB buffers).
+# Each case runs ROUNDS times, droce and its baseline alternating; the medians
+# are printed and written as CSV to BUILD_DIR/bench-dataplane-PORT.csv.
+#   bench_dataplane.sh BUILD_DIR [SECONDS] [af_packet|memif] [ROUNDS]
 set -euo pipefail
 build=$1
 secs=${2:-3}
+ptype=${3:-af_packet}
+rounds=${4:-3}
+case "$ptype" in af_packet|memif) ;; *) echo "port must be af_packet or memif" >&2; exit 2 ;; esac
 perf=$build/app/droce-perf/droce-perf
 testpmd=$(command -v dpdk-testpmd || true)
 ns=droce-bd-$$
@@ -24,49 +31,82 @@ cleanup() { ip netns del "$ns" 2>/dev/null || true; rm -rf "$tmp"; }
 trap cleanup EXIT INT TERM
 source "$(dirname "$0")/../lib/netns.sh"
 droce_veth_ns "$ns" || { echo "cannot create network namespace $ns"; exit 1; }
-EAL=(--in-memory --no-pci --log-level=lib.eal:error --log-level=pmd.net.af_packet:error)
-
-raw_pps=0
-if [ -n "$testpmd" ]; then
-  ip netns exec "$ns" timeout -s INT -k 5 $((secs + 3)) "$testpmd" --lcores=0@0,1@0 "${EAL[@]}" \
-    --vdev net_af_packet0,iface=va -- --forward-mode=txonly --txpkts=64 --stats-period=1 \
-    --total-num-mbufs=8192 >"$tmp/tx.log" 2>&1 &
-  txp=$!
-  sleep 0.5
-  ip netns exec "$ns" timeout -s INT -k 5 $((secs + 1)) "$testpmd" --lcores=0@1,1@1 "${EAL[@]}" \
-    --vdev net_af_packet1,iface=vb -- --forward-mode=rxonly --stats-period=1 --total-num-mbufs=8192 \
-    >"$tmp/rx.log" 2>&1 || true
-  wait "$txp" || true
-  raw_pps=$(grep -ao 'Rx-pps: *[0-9]*' "$tmp/rx.log" | awk '{print $2}' | tail -n +2 | sort -n |
-    awk '{a[NR]=$1} END {if (NR == 0) print 0; else print a[int((NR + 1) / 2)]}')
+EAL=(--in-memory --no-pci --log-level=lib.eal:error --log-level=pmd.net.af_packet:error --log-level=pmd.net.memif:error)
+mtu=1024
+if [ "$ptype" = memif ]; then
+  # Abstract socket, one per namespace: both processes of each pair run in $ns.
+  export MEMIF_SOCK=/droce-bench-$$.sock MEMIF_ARGS=",bsize=8192"
+  mtu=4096
+  tx_dev=(--vdev "net_memif0,role=server,socket=$MEMIF_SOCK-pmd,id=9")
+  rx_dev=(--vdev "net_memif1,role=client,socket=$MEMIF_SOCK-pmd,id=9")
+else
+  tx_dev=(--vdev net_af_packet0,iface=va)
+  rx_dev=(--vdev net_af_packet1,iface=vb)
 fi
 
-port=18600
-droce_perf_run "$tmp/w64.log" 1 write_bw -s 64 -D "$secs" -t 128 --window 128
-droce_perf_run "$tmp/w64k.log" 1 write_bw -s 65536 -D "$secs" -t 32 --zero-copy-min 1024
-droce_perf_run "$tmp/w64kc.log" 1 write_bw -s 65536 -D "$secs" -t 32 --zero-copy-min 0
-droce_perf_run "$tmp/w64q2.log" 2 write_bw -s 64 -D "$secs" -q 4 -t 128 --window 128
+# testpmd txonly -> rxonly, 64-byte frames: the median of the receiver's
+# per-second rates after the first, in packets/s.
+raw_pps() {
+  [ -n "$testpmd" ] || { echo 0; return; }
+  ip netns exec "$ns" timeout -s INT -k 5 $((secs + 3)) "$testpmd" --lcores=0@0,1@0 "${EAL[@]}" --file-prefix bdtx$$ \
+    "${tx_dev[@]}" -- --forward-mode=txonly --txpkts=64 --stats-period=1 --total-num-mbufs=16384 >"$tmp/tx.log" 2>&1 &
+  local txp=$!
+  sleep 0.5
+  ip netns exec "$ns" timeout -s INT -k 5 $((secs + 1)) "$testpmd" --lcores=0@1,1@1 "${EAL[@]}" --file-prefix bdrx$$ \
+    "${rx_dev[@]}" -- --forward-mode=rxonly --stats-period=1 --total-num-mbufs=16384 >"$tmp/rx.log" 2>&1 || true
+  wait "$txp" || true
+  grep -ao 'Rx-pps: *[0-9]*' "$tmp/rx.log" | awk '{print $2}' | tail -n +2 | sort -n |
+    awk '{a[NR]=$1} END {if (NR == 0) print 0; else print a[int((NR + 1) / 2)]}'
+}
 col() { awk -v c="$2" '$1 ~ /^[0-9]+$/ && NF >= 5 {print $c}' "$1" | tail -1; }
-w64_mpps=$(col "$tmp/w64.log" 4); w64_ok=$(col "$tmp/w64.log" 5)
-w64k_gbs=$(col "$tmp/w64k.log" 3); w64k_ok=$(col "$tmp/w64k.log" 5)
-w64kc_gbs=$(col "$tmp/w64kc.log" 3); w64kc_ok=$(col "$tmp/w64kc.log" 5)
-q2_mpps=$(col "$tmp/w64q2.log" 4); q2_ok=$(col "$tmp/w64q2.log" 5)
-memcpy=$("$build/test/bench/bench_memcpy" 65536 1)
-memcpy_gbs=$(awk '{print $(NF-1)}' <<<"$memcpy")
+median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {if (NR == 0) print 0; else print a[int((NR + 1) / 2)]}'; }
+ok_all() { local f; for f in "$@"; do [ "$f" = ok ] || { echo FAILED; return; }; done; echo ok; }
 
-echo "== droce dataplane vs baselines (net_af_packet on veth, 1 lcore per side, ${secs} s runs, same run)"
-awk -v raw="$raw_pps" -v m="${w64_mpps:-0}" -v ok="${w64_ok:-FAILED}" -v q2="${q2_mpps:-0}" -v q2ok="${q2_ok:-FAILED}" \
-    -v g="${w64k_gbs:-0}" -v gok="${w64k_ok:-FAILED}" -v mc="$memcpy_gbs" \
-    -v gc="${w64kc_gbs:-0}" -v gcok="${w64kc_ok:-FAILED}" 'BEGIN {
-  printf "%-44s %14s %14s %8s\n", "case", "droce", "baseline", "ratio"
-  printf "%-44s %10.4f Mpps %9.4f Mpps %8s  (data %s)\n", "64 B RC WRITE rate vs testpmd 64 B rx rate", m, raw / 1e6,
-         (raw > 0 ? sprintf("%.3f", m * 1e6 / raw) : "n/a"), ok
-  printf "%-44s %10.3f Gb/s %9.2f Gb/s %8.4f  (data %s)\n", "64 KiB RC WRITE vs memcpy 64 KiB", g, mc, (mc > 0 ? g / mc : 0), gok
-  printf "%-44s %10.3f Gb/s %9.2f Gb/s %8.4f  (data %s)\n", "64 KiB RC WRITE, copy path vs memcpy 64 KiB", gc, mc, (mc > 0 ? gc / mc : 0), gcok
-  printf "%-44s %10.3f Gb/s %9.3f Gb/s %8.3f\n", "64 KiB WRITE zero-copy vs copy path", g, gc, (gc > 0 ? g / gc : 0)
-  printf "%-44s %10.4f Mpps %9.4f Mpps %8s  (data %s)\n", "64 B WRITE, 2 queues (4 QPs) vs 1 queue", q2, m,
-         (m > 0 ? sprintf("%.3f", q2 / m) : "n/a"), q2ok
+port=18600
+declare -A v ok
+for r in $(seq 1 "$rounds"); do
+  v[raw]+=" $(raw_pps)"
+  droce_perf_run "$tmp/w64.log" 1 write_bw -s 64 -D "$secs" -t 128 --window 128
+  v[w64]+=" $(col "$tmp/w64.log" 4)"; ok[w64]+=" $(col "$tmp/w64.log" 5)"
+  droce_perf_run "$tmp/w64k.log" 1 write_bw -s 65536 -D "$secs" -t 32 -m "$mtu" --window 256 --zero-copy-min 1024
+  v[w64k]+=" $(col "$tmp/w64k.log" 3)"; ok[w64k]+=" $(col "$tmp/w64k.log" 5)"
+  droce_perf_run "$tmp/w64kc.log" 1 write_bw -s 65536 -D "$secs" -t 32 -m "$mtu" --window 256 --zero-copy-min 0
+  v[w64kc]+=" $(col "$tmp/w64kc.log" 3)"; ok[w64kc]+=" $(col "$tmp/w64kc.log" 5)"
+  droce_perf_run "$tmp/w64q2.log" 2 write_bw -s 64 -D "$secs" -q 4 -t 128 --window 128
+  v[q2]+=" $(col "$tmp/w64q2.log" 4)"; ok[q2]+=" $(col "$tmp/w64q2.log" 5)"
+  v[memcpy]+=" $("$build/test/bench/bench_memcpy" 65536 1 | awk '{print $(NF-1)}')"
+done
+droce_perf_run "$tmp/lat.log" 1 write_lat -s 8 -n 20000
+raw=$(median <<<"${v[raw]}")
+w64=$(median <<<"${v[w64]}"); w64k=$(median <<<"${v[w64k]}"); w64kc=$(median <<<"${v[w64kc]}")
+q2=$(median <<<"${v[q2]}"); mc=$(median <<<"${v[memcpy]}")
+# write_lat columns: size iters t_min t_max t_typical t_avg p99 p99.9 result
+lat=$(awk '$1 == 8 && NF >= 8 {print $5}' "$tmp/lat.log" | tail -1)
+csv=$build/bench-dataplane-$ptype.csv
+echo "port,case,droce,baseline,unit,ratio,data" >"$csv"
+awk -v raw="$raw" -v m="$w64" -v ok="$(ok_all ${ok[w64]})" -v q2="$q2" -v q2ok="$(ok_all ${ok[q2]})" \
+    -v g="$w64k" -v gok="$(ok_all ${ok[w64k]})" -v mc="$mc" -v gc="$w64kc" -v gcok="$(ok_all ${ok[w64kc]})" \
+    -v lat="${lat:-0}" -v pt="$ptype" -v mtu="$mtu" -v secs="$secs" -v rounds="$rounds" -v csv="$csv" '
+function row(name, d, b, unit, fmt, okk,   ratio) {
+  ratio = (b > 0 ? sprintf("%.3f", d / b) : "n/a")
+  printf "%-46s " fmt " %-5s " fmt " %-5s %7s  (data %s)\n", name, d, unit, b, unit, ratio, okk
+  printf "%s,%s,%s,%s,%s,%s,%s\n", pt, name, d, b, unit, ratio, okk >> csv
+}
+BEGIN {
+  printf "== droce dataplane vs baselines (net_%s, 1 lcore per side, %s s runs, median of %s alternating rounds)\n", pt, secs, rounds
+  printf "%-46s %17s %17s %7s\n", "case", "droce", "baseline", "ratio"
+  row("64 B RC WRITE rate vs testpmd 64 B rx rate", m, raw / 1e6, "Mpps", "%11.4f", ok)
+  row("64 KiB RC WRITE (MTU " mtu ", zero-copy) vs memcpy", g, mc, "Gb/s", "%11.3f", gok)
+  row("64 KiB RC WRITE (MTU " mtu ", copy) vs memcpy", gc, mc, "Gb/s", "%11.3f", gcok)
+  row("64 KiB WRITE zero-copy vs copy path", g, gc, "Gb/s", "%11.3f", (gok == "ok" && gcok == "ok") ? "ok" : "FAILED")
+  row("64 B WRITE, 2 queues (4 QPs) vs 1 queue", q2, m, "Mpps", "%11.4f", q2ok)
+  printf "%-46s %11.2f us  (typical half round trip, no raw ping-pong baseline yet)\n", "8 B RC WRITE latency (write_lat)", lat
+  printf "%s,8 B RC WRITE half RTT,%s,,us,n/a,%s\n", pt, lat, (lat > 0 ? "ok" : "FAILED") >> csv
 }'
+echo "  (csv: $csv)"
+if [ "$ptype" = af_packet ]; then
+  echo "  (net_af_packet: every frame crosses the kernel (a sendto/recv per burst on a veth), which caps both droce and testpmd; the memif mode shows the stack's own cost)"
+fi
 grep -E 'transport:' "$tmp/w64.log" | sed 's/^/  64 B run:   /' || true
 grep -E 'transport:' "$tmp/w64k.log" | sed 's/^/  64 KiB run: /' || true
 grep -E 'transport:' "$tmp/w64kc.log" | sed 's/^/  64 KiB copy: /' || true

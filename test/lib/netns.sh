@@ -21,18 +21,28 @@ droce_veth_ns() {
 # droce_perf_run OUTFILE QUEUES ARGS...: one droce-perf test between two
 # embedded nodes on the veth pair of droce_veth_ns: the server on vb (CPU 1),
 # the client on va (CPU 0), the client's output in OUTFILE. Uses the caller's
-# ns, perf (droce-perf), secs, tmp, EAL (array) and port (incremented).
+# ns, perf (droce-perf), secs, tmp, EAL (array) and port (incremented). With
+# MEMIF_SOCK set, the two nodes are joined by net_memif on that socket instead
+# (MEMIF_ARGS: more devargs for both ends, such as ,bsize=8192).
 droce_perf_run() {
   local out=$1 q=$2; shift 2
   port=$((port + 1))
-  local qp=""
+  local qp="" sdev cdev srun=("$AFP_RUN" vb) crun=("$AFP_RUN" va)
   [ "$q" -gt 1 ] && qp=",qpairs=$q"
+  sdev="net_af_packet0,iface=vb$qp"
+  cdev="net_af_packet1,iface=va$qp"
+  if [ -n "${MEMIF_SOCK:-}" ]; then
+    sdev="net_memif0,role=server,socket=$MEMIF_SOCK,id=5,mac=02:00:0a:32:00:02${MEMIF_ARGS:-}"
+    cdev="net_memif1,role=client,socket=$MEMIF_SOCK,id=5,mac=02:00:0a:32:00:01${MEMIF_ARGS:-}"
+    srun=()
+    crun=()
+  fi
   : >"$tmp/s.log"  # emptied before the background start: the wait below must not see the last run's log
-  ip netns exec "$ns" timeout -k 5 $((secs + 30)) "$AFP_RUN" vb "$perf" "$@" -p "$port" --device "net_af_packet0,iface=vb$qp" \
+  ip netns exec "$ns" timeout -k 5 $((secs + 30)) "${srun[@]}" "$perf" "$@" -p "$port" --device "$sdev" \
     --ip 10.50.0.2 --queues "$q" -- --lcores=0@1 "${EAL[@]}" >"$tmp/s.log" 2>&1 &
   local sp=$!
   for _ in $(seq 1 100); do grep -q 'waiting for the client' "$tmp/s.log" 2>/dev/null && break; sleep 0.1; done
-  ip netns exec "$ns" timeout -k 5 $((secs + 30)) "$AFP_RUN" va "$perf" "$@" 127.0.0.1 -p "$port" --device "net_af_packet1,iface=va$qp" \
+  ip netns exec "$ns" timeout -k 5 $((secs + 30)) "${crun[@]}" "$perf" "$@" 127.0.0.1 -p "$port" --device "$cdev" \
     --ip 10.50.0.1 --queues "$q" --report_gbits -- --lcores=0@0 "${EAL[@]}" >"$out" 2>&1 || true
   wait "$sp" || true
 }
