@@ -906,9 +906,20 @@ int Dataplane::dereg_mr(uint32_t p, uint32_t key) {
   if (p >= ports_.size()) return EINVAL;
   std::lock_guard lk(ctl_mu_);
   int err = 0;
+  // Windows are bound per core (by a QP's work request): refuse while any core
+  // has one bound to it, then deregister everywhere, forcing (a bind that raced
+  // in between is ended), so the replicated tables never diverge.
+  for (size_t ci : ports_[p].cores) {
+    auto busy = std::make_shared<bool>(false);
+    run_on(ci, [p, key, busy](CoreLoop& c) {
+      const verbs::MrEntry* e = c.engine(p)->mrs().entry(key);
+      *busy = e && e->mw_bound != 0;
+    });
+    if (*busy) return EBUSY;
+  }
   for (size_t ci : ports_[p].cores) {
     auto rc = std::make_shared<int>(ETIMEDOUT);
-    run_on(ci, [p, key, rc](CoreLoop& c) { *rc = c.engine(p)->dereg_mr(key); });
+    run_on(ci, [p, key, rc](CoreLoop& c) { *rc = c.engine(p)->dereg_mr_force(key); });
     if (*rc != 0) err = *rc;
   }
   // The cores attach no new segments of it now; wait until the device is done with the old ones.
@@ -924,6 +935,52 @@ int Dataplane::dereg_mr(uint32_t p, uint32_t key) {
     r.ext.clear();
   }
   std::erase_if(mrs_, [&](const MrRec& r) { return r.info.port == p && r.info.key == key; });
+  return err;
+}
+
+int Dataplane::alloc_mw(uint32_t p, uint32_t pd, uint32_t type, uint32_t* key) {
+  if (p >= ports_.size() || !key || pd == 0) return EINVAL;
+  if (type != static_cast<uint32_t>(verbs::MwType::Type1) && type != static_cast<uint32_t>(verbs::MwType::Type2))
+    return EINVAL;
+  std::lock_guard lk(ctl_mu_);
+  const auto& cores = ports_[p].cores;
+  std::vector<uint32_t> keys;
+  int err = 0;
+  for (size_t ci : cores) {
+    auto res = std::make_shared<std::pair<int, uint32_t>>(ETIMEDOUT, 0);
+    run_on(ci, [p, pd, type, res](CoreLoop& c) {
+      res->first = c.engine(p)->alloc_mw(verbs::Pd{pd}, static_cast<verbs::MwType>(type), &res->second);
+    });
+    if (res->first != 0) {
+      err = res->first;
+      break;
+    }
+    keys.push_back(res->second);
+    if (keys.back() != keys.front()) {
+      err = EIO;  // replicated tables diverged
+      break;
+    }
+  }
+  if (err != 0) {
+    for (size_t i = 0; i < keys.size(); ++i) {
+      const uint32_t k = keys[i];
+      run_on(cores[i], [p, k](CoreLoop& c) { c.engine(p)->dealloc_mw(k); });
+    }
+    return err;
+  }
+  *key = keys.front();
+  return 0;
+}
+
+int Dataplane::dealloc_mw(uint32_t p, uint32_t key) {
+  if (p >= ports_.size()) return EINVAL;
+  std::lock_guard lk(ctl_mu_);
+  int err = 0;
+  for (size_t ci : ports_[p].cores) {
+    auto rc = std::make_shared<int>(ETIMEDOUT);
+    run_on(ci, [p, key, rc](CoreLoop& c) { *rc = c.engine(p)->dealloc_mw_any_key(key); });
+    if (*rc != 0) err = *rc;
+  }
   return err;
 }
 

@@ -285,7 +285,15 @@ class Dataplane {
   }
   // The same with the address work requests use (iova) apart from where the bytes are (host).
   int reg_mr_iova(uint32_t p, uint32_t pd, void* host, uint64_t iova, uint64_t len, uint32_t access, uint32_t* key);
+  // EBUSY while memory windows are bound to it (on any core).
   int dereg_mr(uint32_t p, uint32_t key);
+  // Memory windows (ibv_alloc_mw / ibv_dealloc_mw) on every core of port p, in
+  // the same order, so keys agree. Binding is a work request on a QP: it takes
+  // effect in the table of the QP's core (a type 2 window is used only through
+  // that QP; a type 1 window only by QPs of that core, see lib/engine/README.md).
+  // dealloc_mw takes the key alloc_mw gave (binds change the key byte). 0 or errno.
+  int alloc_mw(uint32_t p, uint32_t pd, uint32_t type, uint32_t* key);
+  int dealloc_mw(uint32_t p, uint32_t key);
   // Hugepage memory for registration (rte_malloc); iova_out: bus address when known.
   void* alloc_dma(size_t len, uint64_t* iova_out = nullptr);
   void free_dma(void* p) noexcept;

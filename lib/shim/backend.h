@@ -56,6 +56,11 @@ struct MrResult {
   uint32_t rkey;
 };
 
+struct MwResult {
+  ObjId id;
+  uint32_t rkey;
+};
+
 struct CqSetup {
   uint32_t cqe;               // requested
   uint32_t comp_vector;
@@ -120,6 +125,10 @@ class ShimBackend {
   virtual int dealloc_pd(const ClientInfo& c, ObjId pd) = 0;
   virtual int reg_mr(const ClientInfo& c, const MrSetup& s, MrResult& out) = 0;
   virtual int dereg_mr(const ClientInfo& c, ObjId mr) = 0;
+  // Memory windows (type: enum ibv_mw_type). A bound window is unbound by
+  // dealloc; an MR with windows bound is refused by dereg_mr (-EBUSY).
+  virtual int alloc_mw(const ClientInfo&, ObjId /*pd*/, uint32_t /*type*/, MwResult&) { return -EOPNOTSUPP; }
+  virtual int dealloc_mw(const ClientInfo&, ObjId) { return -EINVAL; }
   virtual int create_cq(const ClientInfo& c, const CqSetup& s, CqResult& out) = 0;
   virtual int destroy_cq(const ClientInfo& c, ObjId cq) = 0;
   // ibv_resize_cq: from now on produce into `ring` (`ring_entries`, empty,

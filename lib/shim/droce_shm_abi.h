@@ -180,6 +180,9 @@ enum droce_send_flags {
   DROCE_SEND_SOLICITED = 1u << 2,
   DROCE_SEND_INLINE = 1u << 3,
   DROCE_SEND_IP_CSUM = 1u << 4,
+  /* Not an ibv_send_flags bit: a BIND_MW entry posted by ibv_bind_mw (a type 1
+   * window) rather than by ibv_post_send (type 2). */
+  DROCE_SEND_BIND_TYPE1 = 1u << 30,
 };
 
 /* A scatter/gather element: the fields of struct ibv_sge. addr is the
@@ -192,7 +195,10 @@ struct droce_shm_sge {
 DROCE_SHM_STATIC_ASSERT(sizeof(struct droce_shm_sge) == 16, "sge");
 
 /* Send work request (ring kind SEND): what struct ibv_send_wr carries.
- * 64 B of fields, then either num_sge SGEs or inline_len bytes of data. */
+ * 64 B of fields, then either num_sge SGEs or inline_len bytes of data.
+ * BIND_MW (no data) uses: imm_data = the window's rkey, rkey = its new rkey,
+ * remote_addr / compare_add = address / length of the range, swap = the MR's
+ * lkey (low 32 bits) | the window's access flags << 32. */
 struct droce_shm_send_wqe {
   uint64_t wr_id;
   uint64_t remote_addr;     /* RDMA read/write, atomics */
@@ -200,7 +206,8 @@ struct droce_shm_send_wqe {
   uint64_t swap;            /* atomic CMP_AND_SWP */
   uint32_t rkey;            /* RDMA read/write, atomics */
   uint32_t imm_data;        /* *_WITH_IMM: network byte order as in ibv_send_wr;
-                               SEND_WITH_INV / LOCAL_INV: the rkey to invalidate */
+                               SEND_WITH_INV / LOCAL_INV: the rkey to invalidate;
+                               BIND_MW: the window's rkey (its index names it) */
   uint32_t send_flags;      /* enum droce_send_flags */
   uint32_t ah;              /* UD: the AH handle the client got from create AH */
   uint32_t remote_qpn;      /* UD */

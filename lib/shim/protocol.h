@@ -84,6 +84,9 @@ enum class Op : uint16_t {
   AttachMcast,       // McastReq -> Empty (ibv_attach_mcast: UD QPs only, else -EINVAL)
   DetachMcast,       // McastReq -> Empty (ibv_detach_mcast: -EINVAL when not attached)
   CmJoinMulticast,   // CmJoinReq -> Empty; event MULTICAST_JOIN (the front attaches the id's QP)
+  // memory windows (appended: the values above do not move)
+  AllocMw,           // AllocMwReq -> AllocMwResp
+  DeallocMw,         // HandleReq -> Empty (a bound window is unbound first)
   Count_
 };
 
@@ -152,6 +155,15 @@ struct RegMrReq {
   uint64_t map_addr;  // page aligned, <= addr
   uint64_t map_len;   // page multiple, covers [addr, addr + length)
   uint64_t fd_offset; // page aligned
+};
+// ibv_alloc_mw. Binding is a send work request (droce_shm_abi.h, BIND_MW).
+struct AllocMwReq {
+  uint32_t pd;
+  uint32_t type;  // enum ibv_mw_type
+};
+struct AllocMwResp {
+  uint32_t handle;
+  uint32_t rkey;  // the window's key before any bind
 };
 struct RegMrResp {
   uint32_t handle;
@@ -416,6 +428,8 @@ DROCE_SHIM_OP(ResizeCq, ResizeCqReq, CreateCqResp)
 DROCE_SHIM_OP(AttachMcast, McastReq, Empty)
 DROCE_SHIM_OP(DetachMcast, McastReq, Empty)
 DROCE_SHIM_OP(CmJoinMulticast, CmJoinReq, Empty)
+DROCE_SHIM_OP(AllocMw, AllocMwReq, AllocMwResp)
+DROCE_SHIM_OP(DeallocMw, HandleReq, Empty)
 #undef DROCE_SHIM_OP
 
 // Empty bodies are sent as zero bytes.

@@ -22,7 +22,7 @@ namespace droce::shim {
 using namespace proto;
 
 const char* obj_kind_name(ObjKind k) {
-  static const char* const names[] = {"pd", "mr", "channel", "cq", "srq", "qp", "ah"};
+  static const char* const names[] = {"pd", "mr", "channel", "cq", "srq", "qp", "ah", "mw"};
   auto i = static_cast<size_t>(k);
   return i < std::size(names) ? names[i] : "?";
 }
@@ -30,7 +30,7 @@ const char* obj_kind_name(ObjKind k) {
 namespace {
 constexpr uint32_t kAllowedAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
                                     IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC |
-                                    IBV_ACCESS_RELAXED_ORDERING;
+                                    IBV_ACCESS_MW_BIND | IBV_ACCESS_RELAXED_ORDERING;
 size_t page_size() { return static_cast<size_t>(sysconf(_SC_PAGESIZE)); }
 
 // A registered memory mapping in the daemon.
@@ -124,6 +124,7 @@ struct ServerOps {
       case ObjKind::Cq: limit = s.cfg_.max_cqs_per_client; break;
       case ObjKind::Srq: limit = s.cfg_.max_srqs_per_client; break;
       case ObjKind::Mr: limit = s.cfg_.max_mrs_per_client; break;
+      case ObjKind::Mw: limit = s.cfg_.max_mrs_per_client; break;
       case ObjKind::Ah: limit = s.cfg_.max_ahs_per_client; break;
       default: break;
     }
@@ -160,6 +161,7 @@ struct ServerOps {
       case ObjKind::Srq: rc = s.backend_.destroy_srq(c.info, o->id); break;
       case ObjKind::Qp: rc = s.backend_.destroy_qp(c.info, o->id); break;
       case ObjKind::Ah: rc = s.backend_.destroy_ah(c.info, o->id); break;
+      case ObjKind::Mw: rc = s.backend_.dealloc_mw(c.info, o->id); break;
       case ObjKind::Count_: return -EINVAL;
     }
     // On a forced destroy (disconnect) the object goes whatever the backend
@@ -190,6 +192,19 @@ struct ServerOps {
     int n = s.backend_.query_gid_table(c.info.dev, q.port, r.entry, kMaxGids);
     if (n < 0) return n;
     r.count = static_cast<uint32_t>(std::min<int>(n, static_cast<int>(kMaxGids)));
+    return 0;
+  }
+  int alloc_mw(const AllocMwReq& q, AllocMwResp& r) {
+    if (int e = quota(ObjKind::Mw)) return e;
+    Obj* pd = find(q.pd, ObjKind::Pd);
+    if (pd == nullptr) return -EBADF;
+    if (q.type != IBV_MW_TYPE_1 && q.type != IBV_MW_TYPE_2) return -EINVAL;
+    auto o = std::make_unique<Obj>(ObjKind::Mw);
+    MwResult res{};
+    if (int rc = s.backend_.alloc_mw(c.info, pd->id, q.type, res)) return rc;
+    o->id = res.id;
+    r.handle = add(std::move(o), {q.pd});
+    r.rkey = res.rkey;
     return 0;
   }
   int alloc_pd(HandleResp& r) {
@@ -590,7 +605,9 @@ void ShimServer::accept_clients() {
 void ShimServer::destroy_all(Client& c) {
   ServerOps ops{*this, c};
   // Dependents first: nothing is destroyed while something names it.
-  static constexpr ObjKind order[] = {ObjKind::Qp, ObjKind::Srq, ObjKind::Ah, ObjKind::Mr,
+  // Windows before MRs: no QP is left to bind one, and an MR with a window
+  // bound would refuse to go (its memory must not be unmapped while it stays).
+  static constexpr ObjKind order[] = {ObjKind::Qp, ObjKind::Srq, ObjKind::Ah, ObjKind::Mw, ObjKind::Mr,
                                       ObjKind::Cq, ObjKind::Channel, ObjKind::Pd};
   for (ObjKind k : order) {
     std::vector<uint32_t> hs;
@@ -739,6 +756,8 @@ bool ShimServer::handle(Client& c, const uint8_t* in, size_t n, const int* fds, 
       case Op::RegMr: run.operator()<Op::RegMr>([&](const RegMrReq& q, RegMrResp& r) {
           return nfds == 1 ? ops.reg_mr(q, fds[0], r) : -EBADF; }); break;
       case Op::DeregMr: run.operator()<Op::DeregMr>([&](const HandleReq& q, Empty&) { return ops.destroy(q.handle, ObjKind::Mr, false); }); break;
+      case Op::AllocMw: run.operator()<Op::AllocMw>([&](const AllocMwReq& q, AllocMwResp& r) { return ops.alloc_mw(q, r); }); break;
+      case Op::DeallocMw: run.operator()<Op::DeallocMw>([&](const HandleReq& q, Empty&) { return ops.destroy(q.handle, ObjKind::Mw, false); }); break;
       case Op::CreateChannel: run.operator()<Op::CreateChannel>([&](HandleResp& r) { return ops.create_channel(r); }); break;
       case Op::DestroyChannel: run.operator()<Op::DestroyChannel>([&](const HandleReq& q, Empty&) { return ops.destroy(q.handle, ObjKind::Channel, false); }); break;
       case Op::CreateCq: run.operator()<Op::CreateCq>([&](const CreateCqReq& q, CreateCqResp& r) { return ops.create_cq(q, r); }); break;

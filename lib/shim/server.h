@@ -56,7 +56,7 @@ struct ShimServerConfig {
   bool rings_in_hugepages = false;
 };
 
-enum class ObjKind : uint8_t { Pd, Mr, Channel, Cq, Srq, Qp, Ah, Count_ };
+enum class ObjKind : uint8_t { Pd, Mr, Channel, Cq, Srq, Qp, Ah, Mw, Count_ };
 const char* obj_kind_name(ObjKind k);
 
 struct ShimServerStats {

@@ -246,6 +246,7 @@ void completer_retire(Engine& e, Qp& q) noexcept {
     }
     ++q.sq.tail;
     if (w.status != WcStatus::Success) {
+      q.req.halted = false;  // a failed local operation (requester.cc) is reported now
       // IBTA ch. 10: a completion error moves an RC QP to ERR; UC/UD send errors to SQE.
       if (q.type == verbs::QpType::RC) {
         e.qp_to_error(q);

@@ -124,6 +124,9 @@ Engine::Engine(const EngineConfig& cfg, io::PacketIo& io, const io::Clock& clock
   } else {
     mrs_ = std::make_unique<verbs::MrTable>(cfg_.mr_mem, cfg_.mr_mem_bytes, cfg_.key_seed);
   }
+  // Replicas of a port's tables (one engine per core) hand out the same window
+  // keys for the same calls only with a shared seed, as for MRs.
+  mws_ = std::make_unique<verbs::MwTable>(*mrs_, cfg_.max_mws, cfg_.key_seed);
   qpn_rng_ = cfg_.qpn_seed ? cfg_.qpn_seed : verbs::random_seed();
   qps_.resize(cfg_.max_qps);
   if (cfg_.max_mcast_qps_per_group == 0) cfg_.max_mcast_qps_per_group = 1;

@@ -16,6 +16,7 @@
 #include "io/packet_io.h"
 #include "transport/qp.h"
 #include "verbs/mr.h"
+#include "verbs/mw.h"
 #include "verbs/queues.h"
 
 namespace droce::transport {
@@ -106,6 +107,8 @@ struct EngineConfig {
   void* mr_mem = nullptr;
   size_t mr_mem_bytes = 0;
   uint32_t max_mrs = 4096;
+  // Memory windows (verbs::MwTable, allocated at construction; shares key_seed).
+  uint32_t max_mws = 1024;
   verbs::Mtu port_mtu = verbs::Mtu::M1024;  // active MTU of the port: UD QPs use it (no PATH_MTU on UD)
   // The largest path MTU the port's link carries (verbs::max_mtu_for_link):
   // modify_qp refuses a larger one with EINVAL (a QP could never send its packets).
@@ -157,7 +160,34 @@ class Engine {
   int reg_mr(verbs::Pd pd, void* addr, uint64_t len, uint32_t access, uint32_t* key) noexcept {
     return mrs_->reg(pd, addr, len, access, key);
   }
+  // 0, EINVAL, EBUSY (memory windows are bound to it).
   int dereg_mr(uint32_t key) noexcept { return mrs_->dereg(key); }
+  // Deregisters even with windows bound: they become unbound first (what a
+  // dying client's cleanup needs; the windows' keys then give remote access errors).
+  int dereg_mr_force(uint32_t key) noexcept {
+    mws_->unbind_mr(key);
+    return mrs_->dereg(key);
+  }
+  // Memory windows: ibv_alloc_mw / ibv_dealloc_mw (0, EINVAL, ENOMEM). Binding
+  // is a BIND_MW work request (post_send); LOCAL_INV and SEND with Invalidate
+  // invalidate type 2 windows.
+  verbs::MwTable& mws() noexcept { return *mws_; }
+  int alloc_mw(verbs::Pd pd, verbs::MwType type, uint32_t* key) noexcept { return mws_->alloc(pd, type, key); }
+  int dealloc_mw(uint32_t key) noexcept { return mws_->dealloc(key); }
+  // The same naming the window by the key alloc_mw gave (whatever binds did since).
+  int dealloc_mw_any_key(uint32_t key) noexcept { return mws_->dealloc(mws_->current_key(key)); }
+  // Remote access through an rkey arriving on QP q: an MR or a window (O(1)).
+  uint8_t* rkey_lookup(uint32_t key, const Qp& q, uint64_t va, uint64_t len, uint32_t access, verbs::MrError* err,
+                       void** dma = nullptr) const noexcept {
+    return mws_->lookup_remote(key, q.pd, q.qpn, va, len, access, err, dma);
+  }
+  // SEND with Invalidate / LOCAL_INV: a type 2 window or a kMrRemoteInvalidate MR of pd.
+  bool can_invalidate(uint32_t key, uint32_t pd) const noexcept {
+    return verbs::is_mw_key(key) ? mws_->can_invalidate(key, pd) : mrs_->can_invalidate(key, pd);
+  }
+  bool invalidate(uint32_t key, uint32_t pd) noexcept {
+    return verbs::is_mw_key(key) ? mws_->invalidate(key, pd) : mrs_->invalidate(key, pd);
+  }
   verbs::Cq* create_cq(uint32_t cqe);
   verbs::Srq* create_srq(verbs::Pd pd, uint32_t max_wr);
   // ibv_create_ah: an address handle for UD work requests (owned by the engine).
@@ -268,6 +298,7 @@ class Engine {
 
   std::unique_ptr<uint8_t[]> mr_mem_owned_;
   std::unique_ptr<verbs::MrTable> mrs_;
+  std::unique_ptr<verbs::MwTable> mws_;
   uint32_t pd_seq_ = 0;
   uint64_t qpn_rng_ = 0;  // xorshift state for the QPN search start
   std::vector<std::unique_ptr<Qp>> qps_;  // indexed by QPN

@@ -20,6 +20,11 @@ struct ReqState {
   uint32_t pkts_since_ackreq = 0;
   // RC congestion window in PSNs (EngineConfig::min/max_inflight_pkts; set at RTS).
   uint32_t cwnd = 1u << 22;
+  // A local operation (BIND_MW / LOCAL_INV) at SQ index halt_idx failed: the
+  // requester starts nothing at or after it (earlier WQEs still finish, and
+  // retransmit); the completer reports it in order and moves the QP to error.
+  bool halted = false;
+  uint32_t halt_idx = 0;
 };
 
 // Completer (completer.cc): acknowledgement state and timers.

@@ -54,6 +54,18 @@ verbs::WcStatus validate_local(Engine& e, const Qp& q, const SendWqe& w) noexcep
   return verbs::WcStatus::Success;
 }
 
+inline bool is_local_op(WrOpcode o) noexcept { return o == WrOpcode::BindMw || o == WrOpcode::LocalInv; }
+
+// BIND_MW / LOCAL_INV (IBTA 10.6.7, 9.4.x): executed when the requester
+// reaches them, so in SQ order after every earlier WQE has been started; no
+// packet, no PSN. Failures complete the WQE in error (rxe's statuses:
+// MW_BIND_ERR for a refused bind, LOC_QP_OP_ERR for an invalidation of
+// something that cannot be invalidated).
+verbs::WcStatus run_local_op(Engine& e, const Qp& q, const SendWqe& w) noexcept {
+  if (w.wr.opcode == WrOpcode::BindMw) return e.mws().bind(q.pd, q.qpn, w.wr);
+  return e.invalidate(w.wr.invalidate_rkey, q.pd) ? verbs::WcStatus::Success : verbs::WcStatus::LocQpOpErr;
+}
+
 wire::Position position(uint32_t k, uint32_t n) noexcept {
   if (n == 1) return wire::Position::Only;
   if (k == 0) return wire::Position::First;
@@ -162,7 +174,7 @@ bool requester_run(Engine& e, Qp& q, uint32_t budget) noexcept {
   for (;;) {
     switch (st) {
       case ReqSt::GetWqe:
-        if (q.req.idx == q.sq.head) {
+        if (q.req.idx == q.sq.head || (q.req.halted && q.req.idx == q.req.halt_idx)) {
           st = ReqSt::Stop;
           break;
         }
@@ -218,6 +230,27 @@ bool requester_run(Engine& e, Qp& q, uint32_t budget) noexcept {
         break;
 
       case ReqSt::StartWqe: {
+        if (is_local_op(w->wr.opcode)) {
+          // Occupies no PSN: [first, last] is empty (last = first - 1), so the
+          // completer's and go-back-N's PSN scans pass over it.
+          w->status = run_local_op(e, q, *w);
+          w->npkts = 0;
+          w->first_psn = q.req.psn;
+          w->last_psn = psn_add(q.req.psn, wire::kMask24);
+          w->state = WqeState::Done;
+          if (w->status != verbs::WcStatus::Success) {
+            // Nothing at or after it starts; earlier WQEs still complete (as
+            // rxe: its requester stops, its completer reports in order).
+            q.req.halted = true;
+            q.req.halt_idx = q.req.idx;
+            completer_retire(e, q);  // at the tail: reported now, QP to error
+            return false;
+          }
+          ++q.req.idx;
+          completer_retire(e, q);  // completes now unless earlier WQEs still wait for their ACKs
+          st = ReqSt::GetWqe;
+          break;
+        }
         const verbs::WcStatus s = validate_local(e, q, *w);
         if (s != verbs::WcStatus::Success) {
           w->status = s;

@@ -178,13 +178,13 @@ RespSt check_rkey_of(Ctx& c, verbs::MrError& err) noexcept {
   if ((f & wire::kOpWrite) && c.op.is_first()) {
     if (!(q.attr.qp_access_flags & verbs::kAccessRemoteWrite)) return RespSt::ErrRemAccess;
     if (x.reth.len == 0) return RespSt::Execute;  // zero-length: no key check (IBTA 9.4)
-    c.host = c.e.mrs().lookup(x.reth.rkey, q.pd, x.reth.va, x.reth.len, verbs::kAccessRemoteWrite, &err);
+    c.host = c.e.rkey_lookup(x.reth.rkey, q, x.reth.va, x.reth.len, verbs::kAccessRemoteWrite, &err);
     return c.host ? RespSt::Execute : RespSt::ErrRemAccess;
   }
   if (f & wire::kOpRead) {
     if (!(q.attr.qp_access_flags & verbs::kAccessRemoteRead)) return RespSt::ErrRemAccess;
     if (x.reth.len == 0) return RespSt::Execute;
-    c.host = c.e.mrs().lookup(x.reth.rkey, q.pd, x.reth.va, x.reth.len, verbs::kAccessRemoteRead, &err, &c.dma);
+    c.host = c.e.rkey_lookup(x.reth.rkey, q, x.reth.va, x.reth.len, verbs::kAccessRemoteRead, &err, &c.dma);
     return c.host ? RespSt::Execute : RespSt::ErrRemAccess;
   }
   if (f & wire::kOpAtomic) {
@@ -193,7 +193,7 @@ RespSt check_rkey_of(Ctx& c, verbs::MrError& err) noexcept {
       return RespSt::ErrInvReq;
     }
     if (!(q.attr.qp_access_flags & verbs::kAccessRemoteAtomic)) return RespSt::ErrRemAccess;
-    c.host = c.e.mrs().lookup(x.atomic.rkey, q.pd, x.atomic.va, 8, verbs::kAccessRemoteAtomic, &err);
+    c.host = c.e.rkey_lookup(x.atomic.rkey, q, x.atomic.va, 8, verbs::kAccessRemoteAtomic, &err);
     if (!c.host) return RespSt::ErrRemAccess;
     // An MR registered with an iova of another alignment than its host address:
     // no atomic instruction can serve it (IBTA 9.4: invalid request).
@@ -265,8 +265,8 @@ RespSt execute(Ctx& c) noexcept {
       // FIRST/ONLY: checked in check_rkey; later packets: the key again (one O(1)
       // lookup), since the MR may have been deregistered since the FIRST.
       uint8_t* dst = c.op.is_first() ? c.host
-                                     : c.e.mrs().lookup(r.write_rkey, q.pd, r.write_va + r.write_off, plen,
-                                                        verbs::kAccessRemoteWrite, nullptr);
+                                     : c.e.rkey_lookup(r.write_rkey, q, r.write_va + r.write_off, plen,
+                                                       verbs::kAccessRemoteWrite, nullptr);
       if (!dst) {
         c.e.count(Ctr::RespMrGone);
         return RespSt::ErrRemAccess;
@@ -329,10 +329,10 @@ RespSt execute(Ctx& c) noexcept {
 RespSt complete(Ctx& c) noexcept {
   Qp& q = c.q;
   RespState& r = q.resp;
-  // SEND with Invalidate: only a fast-registered MR of this PD (or, later, a
-  // type 2 window) may be invalidated; otherwise the request is rejected before
-  // PSN and MSN move (rxe: class J, receive WQE in error, QP to error).
-  if (c.op.off_ieth && c.op.is_last() && !c.e.mrs().can_invalidate(c.pkt.h.ext.ieth_rkey, q.pd))
+  // SEND with Invalidate: only a fast-registered MR or a bound type 2 window of
+  // this PD may be invalidated (IBTA 10.6.7); otherwise the request is rejected
+  // before PSN and MSN move (rxe: class J, receive WQE in error, QP to error).
+  if (c.op.off_ieth && c.op.is_last() && !c.e.can_invalidate(c.pkt.h.ext.ieth_rkey, q.pd))
     return RespSt::ErrInvalidate;
   r.psn = psn_add(c.psn, 1);
   if (!c.op.is_last()) return c.rc ? RespSt::Acknowledge : RespSt::Done;
@@ -346,7 +346,7 @@ RespSt complete(Ctx& c) noexcept {
       imm = htobe32(x.imm);  // ibv_wc.imm_data: network order
     }
     if (c.op.off_ieth) {
-      c.e.mrs().invalidate(x.ieth_rkey, q.pd);  // checked above
+      c.e.invalidate(x.ieth_rkey, q.pd);  // checked above
       flags |= verbs::kWcWithInv;
       imm = x.ieth_rkey;
     }
@@ -383,7 +383,7 @@ RespSt duplicate(Ctx& c) noexcept {
       if (res.kind != 1 || psn_diff(c.psn, res.first_psn) < 0 || psn_diff(c.psn, res.last_psn) > 0) continue;
       // Re-execute from the PSN and RETH of the repeated request (IBTA 9.7).
       const auto& reth = c.pkt.h.ext.reth;
-      if (reth.len && !c.e.mrs().lookup(reth.rkey, q.pd, reth.va, reth.len, verbs::kAccessRemoteRead, nullptr))
+      if (reth.len && !c.e.rkey_lookup(reth.rkey, q, reth.va, reth.len, verbs::kAccessRemoteRead, nullptr))
         return RespSt::Done;
       const uint32_t npkts = reth.len ? static_cast<uint32_t>((uint64_t{reth.len} + q.mtu - 1) / q.mtu) : 1;
       if (psn_diff(psn_add(c.psn, npkts - 1), res.last_psn) != 0) return RespSt::Done;  // inconsistent retry
@@ -609,7 +609,7 @@ bool responder_tx(Engine& e, Qp& q, uint32_t budget) noexcept {
       const uint8_t* src = nullptr;
       void* dma = nullptr;
       if (plen) {
-        src = e.mrs().lookup(res.rkey, q.pd, res.va, plen, verbs::kAccessRemoteRead, nullptr, &dma);
+        src = e.rkey_lookup(res.rkey, q, res.va, plen, verbs::kAccessRemoteRead, nullptr, &dma);
         if (!src) {
           read_mr_gone(e, q, res.cur_psn);
           break;

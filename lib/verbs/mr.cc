@@ -37,7 +37,7 @@ uint8_t MrTable::next_tag(uint8_t old) noexcept {
 
 MrTable::MrTable(void* mem, size_t bytes, uint64_t key_seed) noexcept
     : entries_(static_cast<MrEntry*>(mem)),
-      capacity_(static_cast<uint32_t>(bytes / sizeof(MrEntry) > (1u << 24) ? (1u << 24) : bytes / sizeof(MrEntry))),
+      capacity_(static_cast<uint32_t>(bytes / sizeof(MrEntry) > (1u << 23) ? (1u << 23) : bytes / sizeof(MrEntry))),
       key_seed_(key_seed ? key_seed : random_seed()) {
   if (reinterpret_cast<uintptr_t>(mem) % alignof(MrEntry) != 0) capacity_ = 0;
   // Index 0 is kept out of the free list so key 0 is never valid.
@@ -50,7 +50,7 @@ MrTable::MrTable(void* mem, size_t bytes, uint64_t key_seed) noexcept
 
 int MrTable::reg_iova(Pd pd, void* host, uint64_t iova, uint64_t length, uint32_t access,
                       uint32_t* key_out) noexcept {
-  if (pd.handle == 0 || key_out == nullptr || (access & ~(kAccessAll | kMrRemoteInvalidate)) != 0) return EINVAL;
+  if (pd.handle == 0 || key_out == nullptr || (access & ~(kAccessAll | kAccessMwBind | kMrRemoteInvalidate)) != 0) return EINVAL;
   if (host == nullptr && length != 0) return EINVAL;
   if (iova + length < iova) return EINVAL;
   // ibverbs: remote write or atomic requires local write.
@@ -64,11 +64,12 @@ int MrTable::reg_iova(Pd pd, void* host, uint64_t iova, uint64_t length, uint32_
   e.iova = iova;
   e.length = length;
   e.key = (idx << 8) | tag;
-  e.access = access & kAccessAll;
+  e.access = access & (kAccessAll | kAccessMwBind);
   e.remote_inv = (access & kMrRemoteInvalidate) != 0;
   e.pd = pd.handle;
   e.next_free = 0;
   e.dma = nullptr;
+  e.mw_bound = 0;
   e.state = 1;
   ++in_use_;
   *key_out = e.key;
@@ -80,6 +81,7 @@ int MrTable::dereg(uint32_t key) noexcept {
   if (idx >= capacity_ || idx == 0) return EINVAL;
   MrEntry& e = entries_[idx];
   if (e.key != key || e.state == 0) return EINVAL;
+  if (e.mw_bound != 0) return EBUSY;
   e.state = 0;
   e.host = nullptr;
   e.dma = nullptr;

@@ -9,7 +9,8 @@
 // keyed stream (key_seed): tables given the same seed and the same sequence of
 // reg/dereg calls hand out the same keys (the dataplane's per-core replicas of
 // one port's table). lookup() is O(1): index, tag, state, PD, bounds
-// (overflow-safe) and access rights. lkey == rkey.
+// (overflow-safe) and access rights. lkey == rkey. MR keys have bit 31 clear
+// (at most 2^23 entries); memory windows (mw.h) have it set.
 #pragma once
 
 #include <cstddef>
@@ -34,6 +35,7 @@ struct alignas(64) MrEntry {
   uint8_t state = 0;       // 0 free, 1 valid, 2 invalidated
   bool remote_inv = false; // registered with kMrRemoteInvalidate: SEND with Invalidate may invalidate it
   void* dma = nullptr;     // the I/O backend's handle for zero-copy TX from this MR (or nullptr)
+  uint32_t mw_bound = 0;   // memory windows bound to it (MwTable); dereg refuses while > 0
 };
 static_assert(sizeof(MrEntry) == 64);
 
@@ -44,7 +46,7 @@ class MrTable {
  public:
   static constexpr size_t bytes_for(uint32_t entries) noexcept { return size_t{entries} * sizeof(MrEntry); }
 
-  // mem must be 64-byte aligned; capacity = bytes / sizeof(MrEntry), at most 2^24.
+  // mem must be 64-byte aligned; capacity = bytes / sizeof(MrEntry), at most 2^23.
   // key_seed: the key stream's seed; 0 = a random one (getrandom).
   MrTable(void* mem, size_t bytes, uint64_t key_seed = 0) noexcept;
   MrTable(const MrTable&) = delete;
@@ -55,6 +57,8 @@ class MrTable {
     return reg_iova(pd, addr, reinterpret_cast<uint64_t>(addr), length, access, key_out);
   }
   int reg_iova(Pd pd, void* host, uint64_t iova, uint64_t length, uint32_t access, uint32_t* key_out) noexcept;
+  // 0, EINVAL (no such MR), EBUSY (memory windows are bound to it: IBTA
+  // 10.6.7.2.6; unbind or deallocate them first).
   int dereg(uint32_t key) noexcept;
   // Remote invalidation (SEND with Invalidate). False, and the MR untouched, unless
   // key is a valid MR of pd registered with kMrRemoteInvalidate.
@@ -88,10 +92,17 @@ class MrTable {
     return true;
   }
 
+  // Control path: the registered MR with this key, or nullptr.
+  const MrEntry* entry(uint32_t key) const noexcept {
+    const uint32_t idx = key >> 8;
+    if (idx >= capacity_ || entries_[idx].key != key || entries_[idx].state == 0) return nullptr;
+    return &entries_[idx];
+  }
   uint32_t capacity() const noexcept { return capacity_; }
   uint32_t in_use() const noexcept { return in_use_; }
 
  private:
+  friend class MwTable;
   static uint8_t* fail(MrError* err, MrError e) noexcept {
     if (err) *err = e;
     return nullptr;

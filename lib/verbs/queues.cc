@@ -191,6 +191,25 @@ int QpBase::post_send(const SendWr& wr) noexcept {
   // flushed or held); RESET/INIT/RTR reject.
   if (state == QpState::Reset || state == QpState::Init || state == QpState::Rtr) return EINVAL;
   if (!wire::wr_allowed(type, wr.opcode)) return EINVAL;
+  if (wr.opcode == WrOpcode::BindMw || wr.opcode == WrOpcode::LocalInv) {
+    // Local operations (memory windows): no data, no packet; the requester
+    // executes them in order and they complete in SQ order.
+    if (sq.count() >= attr.cap.max_send_wr) return ENOMEM;
+    SendWqe& w = sq.at(sq.head);
+    w.wr = wr;
+    w.wr.num_sge = 0;
+    w.wr.send_flags &= ~kSendInline;
+    w.length = 0;
+    w.is_inline = false;
+    w.state = WqeState::Posted;
+    w.status = WcStatus::Success;
+    w.first_psn = w.last_psn = 0;
+    w.npkts = 0;
+    w.read_pkts_done = 0;
+    w.atomic_orig = 0;
+    ++sq.head;
+    return 0;
+  }
   if (wr.num_sge > attr.cap.max_send_sge || wr.num_sge > kMaxSge) return EINVAL;
   if (sq.count() >= attr.cap.max_send_wr) return ENOMEM;
   uint64_t len = 0;

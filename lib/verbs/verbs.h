@@ -65,6 +65,9 @@ enum Access : uint32_t {
   kAccessRemoteAtomic = 8,
 };
 inline constexpr uint32_t kAccessAll = kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead | kAccessRemoteAtomic;
+// IBV_ACCESS_MW_BIND: memory windows may be bound to the MR (IBTA C10-73).
+inline constexpr uint32_t kAccessMwBind = 16;
+inline constexpr uint32_t kAccessRemoteAll = kAccessRemoteWrite | kAccessRemoteRead | kAccessRemoteAtomic;
 // droce's own registration flag (not an ibv_access_flags bit): the MR is a
 // fast-registration MR (what a kernel ULP such as nvmet-rdma registers per I/O),
 // which a SEND with Invalidate naming its rkey may invalidate (IBTA 10.6.7: only
@@ -165,6 +168,20 @@ struct SendWr {
     uint32_t remote_qpn = 0;
     uint32_t remote_qkey = 0;
   } ud;
+  // BIND_MW (type 2 from a send WR; type 1 from ibv_bind_mw, which posts one
+  // too): the window's current rkey, the rkey it gets (same index, the
+  // consumer's key byte), the MR (lkey; 0 with length 0 unbinds a type 1
+  // window), the range in the MR's address space and the remote rights.
+  // LOCAL_INV names its key in invalidate_rkey.
+  struct {
+    uint32_t mw_rkey = 0;
+    uint32_t new_rkey = 0;
+    uint32_t mr_lkey = 0;
+    uint32_t access = 0;
+    uint64_t addr = 0;
+    uint64_t length = 0;
+    bool type1 = false;  // posted by ibv_bind_mw (type 1 windows only)
+  } bind;
 };
 
 struct RecvWr {

@@ -190,9 +190,10 @@ constexpr bool wr_allowed(QpType t, WrOpcode o) noexcept {
   switch (t) {
     case QpType::RC:
       mask = kSends | kWrites | wr_bit(WrOpcode::RdmaRead) | wr_bit(WrOpcode::AtomicCmpSwp) |
-             wr_bit(WrOpcode::AtomicFetchAdd) | wr_bit(WrOpcode::SendInv);
+             wr_bit(WrOpcode::AtomicFetchAdd) | wr_bit(WrOpcode::SendInv) | wr_bit(WrOpcode::LocalInv) |
+             wr_bit(WrOpcode::BindMw);
       break;
-    case QpType::UC: mask = kSends | kWrites; break;
+    case QpType::UC: mask = kSends | kWrites | wr_bit(WrOpcode::LocalInv) | wr_bit(WrOpcode::BindMw); break;
     case QpType::UD: mask = kSends; break;
   }
   return static_cast<int>(o) < kNumWrOpcodes && (mask & wr_bit(o));

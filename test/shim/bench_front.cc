@@ -199,6 +199,10 @@ int client(uint64_t n, uint64_t pings, int out) {
   ia.cap = {512, 16, 1, 1, 0};
   ibv_qp* qp = ibv_create_qp(pd, &ia);
   if (qp == nullptr) return 13;
+  // Posts need the QP out of RESET (this backend takes any transition).
+  ibv_qp_attr rts{};
+  rts.qp_state = IBV_QPS_RTS;
+  if (ibv_modify_qp(qp, &rts, IBV_QP_STATE) != 0) return 13;
   ibv_sge sge{reinterpret_cast<uint64_t>(buf->data()), 64, mr->lkey};
   ibv_send_wr wr{};
   wr.sg_list = &sge;

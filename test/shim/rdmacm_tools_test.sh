@@ -154,7 +154,7 @@ wait "$ksp" 2>/dev/null
 # Nothing left in the server once every program is gone: verbs objects and
 # CM ids and channels (the server sees the last disconnects a little after
 # the programs exit: asked again, up to 5 s).
-clean='clients=0 pd=0 mr=0 channel=0 cq=0 srq=0 qp=0 ah=0 mapped=0 .* cm_ids=0 cm_channels=0 cm_listeners=0'
+clean='clients=0 pd=0 mr=0 channel=0 cq=0 srq=0 qp=0 ah=0 mw=0 mapped=0 .* cm_ids=0 cm_channels=0 cm_listeners=0'
 st=
 for _ in $(seq 50); do
   st=$(stats)

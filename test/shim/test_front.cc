@@ -80,6 +80,13 @@ TEST_CASE("front: post_send rejects bad work requests and reports the first unpo
   CHECK(got.qp_type == IBV_QPT_UC);
   char buf[64] = {};
   ibv_sge sge{reinterpret_cast<uint64_t>(buf), 8, 0};
+  // Posts need the QPs out of RESET (the RESET refusals: their own test case).
+  ibv_qp_attr init{};
+  init.qp_state = IBV_QPS_INIT;
+  init.port_num = 1;
+  REQUIRE(ibv_modify_qp(uc, &init, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) == 0);
+  init.qkey = 0x11111111;
+  REQUIRE(ibv_modify_qp(ud, &init, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY) == 0);
   ibv_send_wr w[6] = {};
   for (int i = 0; i < 6; i++) {
     w[i].wr_id = static_cast<uint64_t>(i);
@@ -105,7 +112,7 @@ TEST_CASE("front: post_send rejects bad work requests and reports the first unpo
   w[2].sg_list = &big;
   CHECK(ibv_post_send(uc, &w[2], &bad) == EINVAL);
   w[2].sg_list = &sge;
-  // The ring holds 4; 2 are in it (the QP is in RESET, nothing consumes).
+  // The ring holds 4; 2 are in it (the QP is in INIT, nothing consumes).
   CHECK(ibv_post_send(uc, &w[2], &bad) == ENOMEM);
   CHECK(bad == &w[4]);
   // UD needs an address handle.
@@ -113,6 +120,66 @@ TEST_CASE("front: post_send rejects bad work requests and reports the first unpo
   CHECK(ibv_post_send(ud, &w[5], &bad) == EINVAL);
   CHECK(ibv_destroy_qp(uc) == 0);
   CHECK(ibv_destroy_qp(ud) == 0);
+  CHECK(ibv_destroy_cq(cq) == 0);
+}
+
+TEST_CASE("front: a QP in RESET takes no work request: post_send, post_recv, ibv_wr_complete", "[shim][front]") {
+  Env e;
+  ibv_cq* cq = ibv_create_cq(e.ctx, 16, nullptr, nullptr, 0);
+  REQUIRE(cq != nullptr);
+  ibv_qp_init_attr_ex qa{};
+  qa.send_cq = qa.recv_cq = cq;
+  qa.cap = {4, 4, 2, 2, 0};
+  qa.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+  qa.pd = e.pd;
+  qa.qp_type = IBV_QPT_RC;
+  qa.send_ops_flags = IBV_QP_EX_WITH_SEND;
+  ibv_qp* qp = ibv_create_qp_ex(e.ctx, &qa);
+  REQUIRE(qp != nullptr);
+  ibv_qp_ex* x = ibv_qp_to_qp_ex(qp);
+  REQUIRE(x != nullptr);
+  char buf[16] = {};
+  ibv_sge sge{reinterpret_cast<uint64_t>(buf), 8, 0};
+  ibv_send_wr sw{};
+  sw.sg_list = &sge;
+  sw.num_sge = 1;
+  sw.opcode = IBV_WR_SEND;
+  sw.send_flags = IBV_SEND_INLINE;
+  ibv_recv_wr rw{};
+  rw.sg_list = &sge;
+  rw.num_sge = 1;
+  auto batch = [&] {
+    ibv_wr_start(x);
+    x->wr_flags = 0;
+    ibv_wr_send(x);
+    ibv_wr_set_inline_data(x, buf, 8);
+    return ibv_wr_complete(x);
+  };
+  auto refused = [&] {
+    ibv_send_wr* bs = nullptr;
+    ibv_recv_wr* br = nullptr;
+    CHECK(ibv_post_send(qp, &sw, &bs) == EINVAL);
+    CHECK(bs == &sw);
+    CHECK(ibv_post_recv(qp, &rw, &br) == EINVAL);
+    CHECK(br == &rw);
+    CHECK(batch() == EINVAL);
+    ibv_wr_start(x);
+    CHECK(ibv_wr_complete(x) == 0);  // an empty batch posts nothing
+  };
+  refused();  // created in RESET
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_INIT;
+  a.port_num = 1;
+  REQUIRE(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) == 0);
+  ibv_send_wr* bs = nullptr;
+  ibv_recv_wr* br = nullptr;
+  CHECK(ibv_post_send(qp, &sw, &bs) == 0);  // INIT: taken (the loopback backend runs them at RTS)
+  CHECK(ibv_post_recv(qp, &rw, &br) == 0);
+  CHECK(batch() == 0);
+  a.qp_state = IBV_QPS_RESET;
+  REQUIRE(ibv_modify_qp(qp, &a, IBV_QP_STATE) == 0);
+  refused();  // back in RESET
+  CHECK(ibv_destroy_qp(qp) == 0);
   CHECK(ibv_destroy_cq(cq) == 0);
 }
 
@@ -357,8 +424,11 @@ TEST_CASE("front: extended CQ and QP creation refuses what droce lacks", "[shim]
            IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
            IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_SEND_WITH_INV,
        true},
-      {IBV_QPT_RC, IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_BIND_MW, false},  // no memory windows
-      {IBV_QPT_RC, IBV_QP_EX_WITH_LOCAL_INV, false},
+      {IBV_QPT_RC, IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_BIND_MW, true},
+      {IBV_QPT_RC, IBV_QP_EX_WITH_LOCAL_INV, true},
+      {IBV_QPT_UC, IBV_QP_EX_WITH_BIND_MW | IBV_QP_EX_WITH_LOCAL_INV, true},
+      {IBV_QPT_UD, IBV_QP_EX_WITH_BIND_MW, false},
+      {IBV_QPT_UD, IBV_QP_EX_WITH_LOCAL_INV, false},
       {IBV_QPT_RC, IBV_QP_EX_WITH_ATOMIC_WRITE, false},
       {IBV_QPT_RC, 1u << 11, false},  // FLUSH (rdma-core 45's IBV_QP_EX_WITH_FLUSH)
       {IBV_QPT_UC, IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_SEND_WITH_IMM, true},
@@ -386,8 +456,8 @@ TEST_CASE("front: extended CQ and QP creation refuses what droce lacks", "[shim]
     // Builders only for the operations asked for.
     CHECK((x->wr_send != nullptr) == ((c.ops & IBV_QP_EX_WITH_SEND) != 0));
     CHECK((x->wr_rdma_read != nullptr) == ((c.ops & IBV_QP_EX_WITH_RDMA_READ) != 0));
-    CHECK(x->wr_bind_mw == nullptr);
-    CHECK(x->wr_local_inv == nullptr);
+    CHECK((x->wr_bind_mw != nullptr) == ((c.ops & IBV_QP_EX_WITH_BIND_MW) != 0));
+    CHECK((x->wr_local_inv != nullptr) == ((c.ops & IBV_QP_EX_WITH_LOCAL_INV) != 0));
     CHECK(ibv_destroy_qp(qp) == 0);
   }
   // Create flags and unknown attributes are refused; a PD is required.

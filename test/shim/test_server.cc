@@ -463,6 +463,114 @@ TEST_CASE("data path: SEND, WRITE, READ, atomics through the rings; bad rkey wri
   free(bbuf);
 }
 
+TEST_CASE("memory windows through the rings: bind, WRITE through the window, invalidate, dealloc, busy MR",
+          "[shim][server][mw]") {
+  Fixture f;
+  Cl a(f, 0), b(f, 1);
+  uint32_t pda = a.pd(), pdb = b.pd();
+  ClientCq cqa, cqb;
+  uint32_t ca = a.cq(cqa), cb = b.cq(cqb);
+  ClientQp qpa, qpb;
+  uint32_t qpna = 0, qpnb = 0;
+  uint32_t qa = a.qp(qpa, pda, ca, IBV_QPT_RC, &qpna), qb = b.qp(qpb, pdb, cb, IBV_QPT_RC, &qpnb);
+  a.to_rts(qa, qpnb, 1);
+  b.to_rts(qb, qpna, 0);
+  auto* abuf = static_cast<uint8_t*>(aligned_alloc(4096, 16384));
+  auto* bbuf = static_cast<uint8_t*>(aligned_alloc(4096, 16384));
+  for (int i = 0; i < 16384; i++) abuf[i] = static_cast<uint8_t>(i * 7);
+  std::memset(bbuf, 0xEE, 16384);
+  RegMrResp ma = a.mr(pda, abuf, 16384, IBV_ACCESS_LOCAL_WRITE);
+  // MW_BIND is accepted now; the MR itself grants no remote access.
+  RegMrResp mb = b.mr(pdb, bbuf, 16384, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND);
+  AllocMwResp w2{}, w1{};
+  CHECK(b.conn.call<Op::AllocMw>({pdb, 3}, w2) == -EINVAL);
+  CHECK(b.conn.call<Op::AllocMw>({pda + 1000, IBV_MW_TYPE_2}, w2) == -EBADF);
+  REQUIRE(b.conn.call<Op::AllocMw>({pdb, IBV_MW_TYPE_2}, w2) == 0);
+  REQUIRE(b.conn.call<Op::AllocMw>({pdb, IBV_MW_TYPE_1}, w1) == 0);
+  droce_shm_cqe e{};
+  auto bind = [&](uint64_t id, uint32_t mw_rkey, uint32_t new_rkey, uint64_t off, uint64_t len, uint32_t acc,
+                  bool type1) {
+    droce_shm_send_wqe w{};
+    w.wr_id = id;
+    w.opcode = DROCE_WR_BIND_MW;
+    w.send_flags = DROCE_SEND_SIGNALED | (type1 ? uint32_t{DROCE_SEND_BIND_TYPE1} : 0u);
+    w.imm_data = mw_rkey;
+    w.rkey = new_rkey;
+    w.remote_addr = reinterpret_cast<uint64_t>(bbuf) + off;
+    w.compare_add = len;
+    w.swap = mb.lkey | (uint64_t{acc} << 32);
+    REQUIRE(qpb.sq.try_push(w));
+    REQUIRE(wait_cqe(cqb, e));
+    CHECK(e.wr_id == id);
+  };
+  auto write = [&](uint64_t id, uint64_t off, uint32_t rkey, uint32_t len) {
+    droce_shm_send_wqe w{};
+    w.wr_id = id;
+    w.opcode = DROCE_WR_RDMA_WRITE;
+    w.send_flags = DROCE_SEND_SIGNALED;
+    w.remote_addr = reinterpret_cast<uint64_t>(bbuf) + off;
+    w.rkey = rkey;
+    w.num_sge = 1;
+    w.u.sge[0] = {reinterpret_cast<uint64_t>(abuf), len, ma.lkey};
+    REQUIRE(qpa.sq.try_push(w));
+    REQUIRE(wait_cqe(cqa, e));
+    CHECK(e.wr_id == id);
+    return e.status;
+  };
+  // Type 2 bound to qb over [4096, 8192) with remote write.
+  const uint32_t k2 = (w2.rkey & ~0xFFu) | ((w2.rkey + 1) & 0xFF);
+  bind(1, w2.rkey, k2, 4096, 4096, IBV_ACCESS_REMOTE_WRITE, false);
+  CHECK(e.status == IBV_WC_SUCCESS);
+  CHECK(e.opcode == IBV_WC_BIND_MW);
+  CHECK(write(2, 4096, k2, 4096) == IBV_WC_SUCCESS);
+  CHECK(std::memcmp(abuf, bbuf + 4096, 4096) == 0);
+  CHECK(bbuf[4095] == 0xEE);
+  CHECK(bbuf[8192] == 0xEE);
+  // The MR cannot go while the window is bound.
+  Empty em;
+  CHECK(b.conn.call<Op::DeregMr>({mb.handle}, em) == -EBUSY);
+  // Type 1 (as ibv_bind_mw posts it) over [0, 1024) with remote write.
+  const uint32_t k1 = (w1.rkey & ~0xFFu) | ((w1.rkey + 1) & 0xFF);
+  bind(3, w1.rkey, k1, 0, 1024, IBV_ACCESS_REMOTE_WRITE, true);
+  CHECK(e.status == IBV_WC_SUCCESS);
+  CHECK(write(4, 0, k1, 1024) == IBV_WC_SUCCESS);
+  CHECK(std::memcmp(abuf, bbuf, 1024) == 0);
+  // LOCAL_INV of the type 2 window: then a WRITE through it is refused and writes nothing.
+  droce_shm_send_wqe inv{};
+  inv.wr_id = 5;
+  inv.opcode = DROCE_WR_LOCAL_INV;
+  inv.send_flags = DROCE_SEND_SIGNALED;
+  inv.imm_data = k2;
+  REQUIRE(qpb.sq.try_push(inv));
+  REQUIRE(wait_cqe(cqb, e));
+  CHECK(e.status == IBV_WC_SUCCESS);
+  CHECK(e.opcode == IBV_WC_LOCAL_INV);
+  std::memset(bbuf, 0xEE, 16384);
+  CHECK(write(6, 4096, k2, 64) == IBV_WC_REM_ACCESS_ERR);
+  for (int i = 0; i < 16384; i++)
+    if (bbuf[i] != 0xEE) FAIL("byte " << i << " written");
+  // Dealloc of the (still bound) type 1 window and of the type 2 one: the MR is free again.
+  CHECK(b.conn.call<Op::DeregMr>({mb.handle}, em) == -EBUSY);
+  CHECK(b.conn.call<Op::DeallocMw>({w1.handle}, em) == 0);
+  CHECK(b.conn.call<Op::DeallocMw>({w1.handle}, em) == -EBADF);
+  CHECK(b.conn.call<Op::DeallocMw>({w2.handle}, em) == 0);
+  CHECK(b.conn.call<Op::DeregMr>({mb.handle}, em) == 0);
+  // A client that goes with a window and its MR: the server deallocates the window first.
+  auto* cbuf = static_cast<uint8_t*>(aligned_alloc(4096, 4096));
+  {
+    Cl c(f, 1);
+    uint32_t pdc = c.pd();
+    RegMrResp mc = c.mr(pdc, cbuf, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND);
+    AllocMwResp wc{};
+    REQUIRE(c.conn.call<Op::AllocMw>({pdc, IBV_MW_TYPE_2}, wc) == 0);
+    (void)mc;
+  }
+  free(cbuf);
+  CHECK(a.conn.call<Op::DeregMr>({ma.handle}, em) == 0);
+  free(abuf);
+  free(bbuf);
+}
+
 TEST_CASE("completion channel: an armed CQ wakes the eventfd, once", "[shim][server][notify]") {
   Fixture f;
   Cl a(f), b(f, 1);

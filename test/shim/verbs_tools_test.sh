@@ -80,7 +80,7 @@ no_objects() {
   local s
   for _ in $(seq 40); do
     s=$(stats)
-    echo "$s" | grep -q 'clients=0 pd=0 mr=0 channel=0 cq=0 srq=0 qp=0 ah=0 mapped=0' && return 0
+    echo "$s" | grep -q 'clients=0 pd=0 mr=0 channel=0 cq=0 srq=0 qp=0 ah=0 mw=0 mapped=0' && return 0
     sleep 0.1
   done
   echo "  server: $s"

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "verbs/mr.h"
+#include "verbs/mw.h"
 #include "verbs/queues.h"
 
 using namespace droce::verbs;
@@ -41,6 +42,10 @@ static_assert(int(WrOpcode::RdmaWrite) == IBV_WR_RDMA_WRITE && int(WrOpcode::Rdm
               int(WrOpcode::Send) == IBV_WR_SEND && int(WrOpcode::SendImm) == IBV_WR_SEND_WITH_IMM &&
               int(WrOpcode::RdmaRead) == IBV_WR_RDMA_READ && int(WrOpcode::AtomicCmpSwp) == IBV_WR_ATOMIC_CMP_AND_SWP &&
               int(WrOpcode::AtomicFetchAdd) == IBV_WR_ATOMIC_FETCH_AND_ADD && int(WrOpcode::SendInv) == IBV_WR_SEND_WITH_INV);
+static_assert(int(WrOpcode::LocalInv) == IBV_WR_LOCAL_INV && int(WrOpcode::BindMw) == IBV_WR_BIND_MW &&
+              int(WcOpcode::BindMw) == IBV_WC_BIND_MW && int(WcOpcode::LocalInv) == IBV_WC_LOCAL_INV &&
+              int(WcStatus::MwBindErr) == IBV_WC_MW_BIND_ERR && int(kAccessMwBind) == int(IBV_ACCESS_MW_BIND) &&
+              int(MwType::Type1) == IBV_MW_TYPE_1 && int(MwType::Type2) == IBV_MW_TYPE_2);
 static_assert(int(QpType::RC) == IBV_QPT_RC && int(QpType::UC) == IBV_QPT_UC && int(QpType::UD) == IBV_QPT_UD);
 
 namespace {
@@ -192,10 +197,14 @@ TEST_CASE("QP state machine: modify_qp checks per transition and type", "[verbs]
   wr.num_sge = 0;
   wr.opcode = WrOpcode::AtomicFetchAdd;
   CHECK(qp.post_send(wr) == EINVAL);  // atomics need exactly 8 bytes
+  // Memory-window work requests are taken on RC (their SGEs ignored: no data).
   wr.opcode = WrOpcode::LocalInv;
-  CHECK(qp.post_send(wr) == EINVAL);
+  wr.num_sge = 3;
+  CHECK(qp.post_send(wr) == 0);
+  CHECK(qp.sq.at(qp.sq.head - 1).wr.num_sge == 0);
+  wr.num_sge = 0;
   wr.opcode = WrOpcode::Send;
-  for (int i = 0; i < 64; ++i) REQUIRE(qp.post_send(wr) == 0);
+  for (int i = 0; i < 63; ++i) REQUIRE(qp.post_send(wr) == 0);
   CHECK(qp.post_send(wr) == ENOMEM);
 }
 
@@ -282,4 +291,130 @@ TEST_CASE("MR table: key tags are unpredictable, replicas with one seed agree", 
     }
   }
   CHECK(sequential < 8);  // a counter would give 63
+}
+
+namespace {
+SendWr bind_wr(uint32_t mw, uint8_t key_byte, uint32_t mr, uint64_t addr, uint64_t len, uint32_t access, bool type1) {
+  SendWr w;
+  w.opcode = WrOpcode::BindMw;
+  w.bind.mw_rkey = mw;
+  w.bind.new_rkey = (mw & ~0xFFu) | key_byte;
+  w.bind.mr_lkey = mr;
+  w.bind.addr = addr;
+  w.bind.length = len;
+  w.bind.access = access;
+  w.bind.type1 = type1;
+  return w;
+}
+}  // namespace
+
+TEST_CASE("MW table: bind rules, access through a window, invalidate, dealloc, MR busy", "[verbs][mw]") {
+  Table tb(8);
+  MrTable& t = tb.t;
+  MwTable mw(t, 4, 7);
+  std::vector<uint8_t> buf(4096);
+  const uint64_t va = reinterpret_cast<uint64_t>(buf.data());
+  const Pd pd{1}, other{2};
+  uint32_t mr = 0, plain = 0, ro = 0;
+  REQUIRE(t.reg(pd, buf.data(), buf.size(), kAccessLocalWrite | kAccessMwBind, &mr) == 0);
+  REQUIRE(t.reg(pd, buf.data(), buf.size(), kAccessLocalWrite | kAccessRemoteWrite, &plain) == 0);
+  REQUIRE(t.reg(pd, buf.data(), buf.size(), kAccessMwBind, &ro) == 0);  // no local write
+  uint32_t w1 = 0, w2 = 0;
+  CHECK(mw.alloc(pd, static_cast<MwType>(3), &w1) == EINVAL);
+  CHECK(mw.alloc(Pd{0}, MwType::Type1, &w1) == EINVAL);
+  REQUIRE(mw.alloc(pd, MwType::Type1, &w1) == 0);
+  REQUIRE(mw.alloc(pd, MwType::Type2, &w2) == 0);
+  CHECK(is_mw_key(w1));
+  CHECK(is_mw_key(w2));
+  CHECK_FALSE(is_mw_key(mr));
+  MrError e = MrError::Ok;
+  // Allocated, not bound: no access.
+  CHECK(mw.lookup_remote(w1, 1, 5, va, 8, kAccessRemoteWrite, &e) == nullptr);
+  CHECK(e == MrError::Invalidated);
+  // Refused binds (MW_BIND_ERR), nothing changes.
+  const uint32_t rw = kAccessRemoteWrite | kAccessRemoteRead;
+  CHECK(mw.bind(1, 5, bind_wr(w1, 1, plain, va, 64, rw, true)) == WcStatus::MwBindErr);   // MR without MW_BIND
+  CHECK(mw.bind(1, 5, bind_wr(w1, 1, ro, va, 64, kAccessRemoteWrite, true)) == WcStatus::MwBindErr);  // C10-74
+  CHECK(mw.bind(1, 5, bind_wr(w1, 1, mr, va + 4000, 97, rw, true)) == WcStatus::MwBindErr);  // outside the MR
+  CHECK(mw.bind(1, 5, bind_wr(w1, 1, mr, va - 1, 2, rw, true)) == WcStatus::MwBindErr);
+  CHECK(mw.bind(2, 5, bind_wr(w1, 1, mr, va, 64, rw, true)) == WcStatus::MwBindErr);        // QP of another PD
+  CHECK(mw.bind(1, 5, bind_wr(w1, 1, mr, va, 64, rw, false)) == WcStatus::MwBindErr);       // type 1 by a BIND_MW WR
+  CHECK(mw.bind(1, 5, bind_wr(w2, 1, mr, va, 64, rw, true)) == WcStatus::MwBindErr);        // type 2 by ibv_bind_mw
+  CHECK(mw.bind(1, 5, bind_wr(w2, 1, mr, va, 0, rw, false)) == WcStatus::MwBindErr);        // type 2, zero length
+  CHECK(mw.bind(1, 5, bind_wr(w1, 1, mr, va, 64, rw | 0x20, true)) == WcStatus::MwBindErr); // zero based
+  SendWr other_index = bind_wr(w1, 1, mr, va, 64, rw, true);
+  other_index.bind.new_rkey ^= 0x100;
+  CHECK(mw.bind(1, 5, other_index) == WcStatus::MwBindErr);
+  CHECK(mw.bind(1, 5, bind_wr(w1 + (3u << 8), 1, mr, va, 64, rw, true)) == WcStatus::MwBindErr);  // no such window
+  CHECK(mw.current_key(w1 + (3u << 8)) == 0);
+  CHECK(mw.current_key(w1) == w1);
+  CHECK(t.dereg(mr) == 0);  // nothing bound yet
+  REQUIRE(t.reg(pd, buf.data(), buf.size(), kAccessLocalWrite | kAccessMwBind, &mr) == 0);
+
+  // Type 1: bound on [va+64, va+192) with remote write only; the new key carries the byte.
+  REQUIRE(mw.bind(1, 5, bind_wr(w1, 0x42, mr, va + 64, 128, kAccessRemoteWrite | kAccessLocalWrite, true)) ==
+          WcStatus::Success);
+  const uint32_t k1 = (w1 & ~0xFFu) | 0x42;
+  CHECK(mw.current_key(w1) == k1);
+  CHECK(mw.lookup_remote(w1, 1, 5, va + 64, 8, kAccessRemoteWrite, &e) == nullptr);  // the old key is dead
+  CHECK(e == MrError::BadKey);
+  CHECK(mw.lookup_remote(k1, 1, 5, va + 64, 128, kAccessRemoteWrite, &e) == buf.data() + 64);
+  CHECK(mw.lookup_remote(k1, 1, 9, va + 100, 8, kAccessRemoteWrite, &e) == buf.data() + 100);  // any QP of the PD
+  CHECK(mw.lookup_remote(k1, 2, 5, va + 64, 8, kAccessRemoteWrite, &e) == nullptr);
+  CHECK(e == MrError::BadPd);
+  CHECK(mw.lookup_remote(k1, 1, 5, va + 63, 8, kAccessRemoteWrite, &e) == nullptr);  // outside the window, inside the MR
+  CHECK(e == MrError::OutOfBounds);
+  CHECK(mw.lookup_remote(k1, 1, 5, va + 64, 129, kAccessRemoteWrite, &e) == nullptr);
+  CHECK(mw.lookup_remote(k1, 1, 5, va + 65, ~uint64_t{0}, kAccessRemoteWrite, &e) == nullptr);
+  CHECK(e == MrError::OutOfBounds);
+  CHECK(mw.lookup_remote(k1, 1, 5, va + 64, 8, kAccessRemoteRead, &e) == nullptr);
+  CHECK(e == MrError::NoAccess);
+  // The MR's own key gives no remote access (it has none); the MR is busy.
+  CHECK(mw.lookup_remote(mr, 1, 5, va + 64, 8, kAccessRemoteWrite, &e) == nullptr);
+  CHECK(t.dereg(mr) == EBUSY);
+  CHECK_FALSE(mw.can_invalidate(k1, 1));  // type 1 windows are not invalidated
+  // Rebinding type 1 moves it; a zero-length bind unbinds it and frees the MR.
+  REQUIRE(mw.bind(1, 5, bind_wr(k1, 0x43, mr, va, 4096, kAccessRemoteRead, true)) == WcStatus::Success);
+  const uint32_t k1b = (w1 & ~0xFFu) | 0x43;
+  CHECK(mw.lookup_remote(k1b, 1, 5, va + 4088, 8, kAccessRemoteRead, &e) == buf.data() + 4088);
+  REQUIRE(mw.bind(1, 5, bind_wr(k1b, 0x44, 0, 0, 0, 0, true)) == WcStatus::Success);
+  const uint32_t k1c = (w1 & ~0xFFu) | 0x44;
+  CHECK(mw.lookup_remote(k1c, 1, 5, va, 1, 0, &e) == nullptr);
+  CHECK(e == MrError::Invalidated);
+
+  // Type 2: bound to QP 5; QP 6 gets nothing; invalidated once; then free to bind again.
+  REQUIRE(mw.bind(1, 5, bind_wr(w2, 0x10, mr, va, 256, rw, false)) == WcStatus::Success);
+  const uint32_t k2 = (w2 & ~0xFFu) | 0x10;
+  CHECK(mw.lookup_remote(k2, 1, 5, va, 256, kAccessRemoteRead, &e) == buf.data());
+  CHECK(mw.lookup_remote(k2, 1, 6, va, 8, kAccessRemoteRead, &e) == nullptr);
+  CHECK(mw.bind(1, 5, bind_wr(k2, 0x11, mr, va, 256, rw, false)) == WcStatus::MwBindErr);  // still bound
+  CHECK(t.dereg(mr) == EBUSY);
+  CHECK_FALSE(mw.invalidate(k2, 2));       // another PD
+  CHECK_FALSE(mw.invalidate(w2, 1));       // the key before the bind
+  CHECK(mw.invalidate(k2, 1));
+  CHECK_FALSE(mw.invalidate(k2, 1));
+  CHECK(mw.lookup_remote(k2, 1, 5, va, 8, kAccessRemoteRead, &e) == nullptr);
+  CHECK(e == MrError::Invalidated);
+  REQUIRE(mw.bind(1, 5, bind_wr(k2, 0x11, mr, va, 256, rw, false)) == WcStatus::Success);
+  const uint32_t k2b = (w2 & ~0xFFu) | 0x11;
+  // Dealloc of a bound window: the key dies, the MR is free again.
+  CHECK(t.dereg(mr) == EBUSY);
+  CHECK(mw.dealloc(k2b) == 0);
+  CHECK(mw.dealloc(k2b) == EINVAL);
+  CHECK(mw.lookup_remote(k2b, 1, 5, va, 8, kAccessRemoteRead, &e) == nullptr);
+  CHECK(e == MrError::BadKey);
+  // Forced: unbind_mr ends every binding on the MR.
+  uint32_t w3 = 0;
+  REQUIRE(mw.alloc(pd, MwType::Type2, &w3) == 0);
+  REQUIRE(mw.bind(1, 7, bind_wr(w3, 0x20, mr, va, 8, rw, false)) == WcStatus::Success);
+  CHECK(t.dereg(mr) == EBUSY);
+  CHECK(mw.unbind_mr(mr) == 1);
+  CHECK(t.dereg(mr) == 0);
+  CHECK(mw.lookup_remote((w3 & ~0xFFu) | 0x20, 1, 7, va, 8, kAccessRemoteRead, &e) == nullptr);
+  // Capacity.
+  uint32_t k = 0;
+  int n = 0;
+  while (mw.alloc(other, MwType::Type1, &k) == 0) ++n;
+  CHECK(n == 4 - 2);  // w1 and w3 still allocated
+  CHECK(mw.in_use() == 4);
 }

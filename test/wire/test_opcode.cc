@@ -43,7 +43,13 @@ TEST_CASE("work-request table per QP type", "[wire][opcode]") {
   CHECK(wr_allowed(QpType::UC, WrOpcode::RdmaWriteImm));
   CHECK(wr_allowed(QpType::UD, WrOpcode::SendImm));
   CHECK_FALSE(wr_allowed(QpType::UD, WrOpcode::RdmaWrite));
-  CHECK_FALSE(wr_allowed(QpType::RC, WrOpcode::BindMw));
+  // Memory-window work requests (local operations, no packet): RC and UC.
+  CHECK(wr_allowed(QpType::RC, WrOpcode::BindMw));
+  CHECK(wr_allowed(QpType::RC, WrOpcode::LocalInv));
+  CHECK(wr_allowed(QpType::UC, WrOpcode::BindMw));
+  CHECK_FALSE(wr_allowed(QpType::UD, WrOpcode::BindMw));
+  CHECK_FALSE(wr_allowed(QpType::UD, WrOpcode::LocalInv));
+  CHECK(wire_opcode(QpType::RC, WrOpcode::BindMw, Position::Only) == -1);
   // Every opcode wire_opcode() returns is valid, of the right transport, and a request.
   for (auto t : {QpType::RC, QpType::UC, QpType::UD})
     for (int o = 0; o < kNumWrOpcodes; ++o)

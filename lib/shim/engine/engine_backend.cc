@@ -205,7 +205,9 @@ int EngineShimBackend::query_device(uint32_t dev, ibv_device_attr& a) {
   a.vendor_id = 0xffffff;
   a.max_qp = static_cast<int>(cfg_.roce.max_qps);
   a.max_qp_wr = 4096;
-  a.device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_SYS_IMAGE_GUID;
+  a.device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_SYS_IMAGE_GUID | IBV_DEVICE_MEM_WINDOW |
+                       IBV_DEVICE_MEM_WINDOW_TYPE_2B;
+  a.max_mw = static_cast<int>(transport::EngineConfig{}.max_mws);
   a.max_sge = verbs::kMaxSge;
   a.max_sge_rd = verbs::kMaxSge;
   a.max_cq = static_cast<int>(cfg_.roce.max_qps) * 2;
@@ -298,14 +300,15 @@ int EngineShimBackend::dealloc_pd(const ClientInfo&, ObjId) { return 0; }
 
 int EngineShimBackend::reg_mr(const ClientInfo& c, const MrSetup& s, MrResult& out) {
   if (c.dev >= dp_.port_count()) return -ENODEV;
-  if (s.access & ~verbs::kAccessAll & ~static_cast<uint32_t>(IBV_ACCESS_ZERO_BASED | IBV_ACCESS_RELAXED_ORDERING))
-    return -EINVAL;  // MW bind, on-demand paging, ... are not offered
+  if (s.access & ~verbs::kAccessAll &
+      ~static_cast<uint32_t>(IBV_ACCESS_ZERO_BASED | IBV_ACCESS_RELAXED_ORDERING | IBV_ACCESS_MW_BIND))
+    return -EINVAL;  // on-demand paging, ... are not offered
   // IBTA: remote write/atomic need local write.
   if ((s.access & (verbs::kAccessRemoteWrite | verbs::kAccessRemoteAtomic)) && !(s.access & verbs::kAccessLocalWrite))
     return -EINVAL;
   uint32_t key = 0;
   const int rc = dp_.reg_mr_iova(c.dev, static_cast<uint32_t>(s.pd), s.addr, s.iova, s.length,
-                                 s.access & verbs::kAccessAll, &key);
+                                 s.access & (verbs::kAccessAll | verbs::kAccessMwBind), &key);
   if (rc) return -rc;
   out.id = (uint64_t{c.dev} << 32) | key;
   out.lkey = out.rkey = key;
@@ -315,6 +318,19 @@ int EngineShimBackend::reg_mr(const ClientInfo& c, const MrSetup& s, MrResult& o
 int EngineShimBackend::dereg_mr(const ClientInfo&, ObjId mr) {
   const int rc = dp_.dereg_mr(static_cast<uint32_t>(mr >> 32), static_cast<uint32_t>(mr));
   return -rc;
+}
+
+int EngineShimBackend::alloc_mw(const ClientInfo& c, ObjId pd, uint32_t type, MwResult& out) {
+  if (c.dev >= dp_.port_count()) return -ENODEV;
+  uint32_t key = 0;
+  if (const int rc = dp_.alloc_mw(c.dev, static_cast<uint32_t>(pd), type, &key)) return -rc;
+  out.id = (uint64_t{c.dev} << 32) | key;
+  out.rkey = key;
+  return 0;
+}
+
+int EngineShimBackend::dealloc_mw(const ClientInfo&, ObjId mw) {
+  return -dp_.dealloc_mw(static_cast<uint32_t>(mw >> 32), static_cast<uint32_t>(mw));
 }
 
 // ---- CQ ----
@@ -833,6 +849,16 @@ uint32_t EngineShimBackend::drain_sq(Core& k, Qp& q) noexcept {
     s.atomic.rkey = w.rkey;
     s.atomic.compare_add = w.compare_add;
     s.atomic.swap = w.swap;
+    if (s.opcode == verbs::WrOpcode::BindMw) {
+      // droce_shm_abi.h: the engine checks all of it (window and MR of the QP's PD).
+      s.bind.mw_rkey = w.imm_data;
+      s.bind.new_rkey = w.rkey;
+      s.bind.addr = w.remote_addr;
+      s.bind.length = w.compare_add;
+      s.bind.mr_lkey = static_cast<uint32_t>(w.swap);
+      s.bind.access = static_cast<uint32_t>(w.swap >> 32);
+      s.bind.type1 = (w.send_flags & DROCE_SEND_BIND_TYPE1) != 0;
+    }
     if (ok && q.type == verbs::QpType::UD) {
       // The AH must exist and belong to the QP's PD (one client cannot use
       // another's AH by guessing its number).

@@ -79,6 +79,8 @@ class EngineShimBackend final : public ShimBackend {
   int dealloc_pd(const ClientInfo& c, ObjId pd) override;
   int reg_mr(const ClientInfo& c, const MrSetup& s, MrResult& out) override;
   int dereg_mr(const ClientInfo& c, ObjId mr) override;
+  int alloc_mw(const ClientInfo& c, ObjId pd, uint32_t type, MwResult& out) override;
+  int dealloc_mw(const ClientInfo& c, ObjId mw) override;
   int create_cq(const ClientInfo& c, const CqSetup& s, CqResult& out) override;
   int destroy_cq(const ClientInfo& c, ObjId cq) override;
   int resize_cq(const ClientInfo& c, ObjId cq, droce_shm_ring_hdr* ring, uint32_t ring_entries) override;

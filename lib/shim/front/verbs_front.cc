@@ -231,9 +231,10 @@ int refresh_devices(std::vector<FDevice*>& out) {
 constexpr uint32_t kSendOpsRc = (1u << IBV_WR_RDMA_WRITE) | (1u << IBV_WR_RDMA_WRITE_WITH_IMM) |
                                 (1u << IBV_WR_SEND) | (1u << IBV_WR_SEND_WITH_IMM) | (1u << IBV_WR_RDMA_READ) |
                                 (1u << IBV_WR_ATOMIC_CMP_AND_SWP) | (1u << IBV_WR_ATOMIC_FETCH_AND_ADD) |
-                                (1u << IBV_WR_SEND_WITH_INV);
+                                (1u << IBV_WR_SEND_WITH_INV) | (1u << IBV_WR_LOCAL_INV) | (1u << IBV_WR_BIND_MW);
 constexpr uint32_t kSendOpsUc = (1u << IBV_WR_RDMA_WRITE) | (1u << IBV_WR_RDMA_WRITE_WITH_IMM) |
-                                (1u << IBV_WR_SEND) | (1u << IBV_WR_SEND_WITH_IMM);
+                                (1u << IBV_WR_SEND) | (1u << IBV_WR_SEND_WITH_IMM) | (1u << IBV_WR_LOCAL_INV) |
+                                (1u << IBV_WR_BIND_MW);
 constexpr uint32_t kSendOpsUd = (1u << IBV_WR_SEND) | (1u << IBV_WR_SEND_WITH_IMM);
 
 // Fills one send WQE; returns 0 or a positive errno.
@@ -244,7 +245,7 @@ int fill_send(const FQp& q, const ibv_send_wr& wr, droce_shm_send_wqe* w) {
   if (wr.num_sge < 0 || static_cast<uint32_t>(wr.num_sge) > q.cap.max_send_sge) return EINVAL;
   w->wr_id = wr.wr_id;
   w->opcode = static_cast<uint8_t>(wr.opcode);
-  w->send_flags = wr.send_flags;
+  w->send_flags = wr.send_flags & ~static_cast<uint32_t>(DROCE_SEND_BIND_TYPE1);
   w->imm_data = wr.imm_data;  // also invalidate_rkey (a union in ibv_send_wr)
   w->remote_addr = 0;
   w->rkey = 0;
@@ -252,6 +253,22 @@ int fill_send(const FQp& q, const ibv_send_wr& wr, droce_shm_send_wqe* w) {
   w->ah = w->remote_qpn = w->remote_qkey = 0;
   w->inline_len = 0;
   w->reserved = 0;
+  if (wr.opcode == IBV_WR_BIND_MW || wr.opcode == IBV_WR_LOCAL_INV) {
+    // Local operations: no data (droce_shm_abi.h says where BIND_MW's fields go;
+    // LOCAL_INV's key is in imm_data already). The daemon checks them.
+    w->num_sge = 0;
+    w->send_flags &= ~static_cast<uint32_t>(IBV_SEND_INLINE);
+    if (wr.opcode == IBV_WR_BIND_MW) {
+      if (wr.bind_mw.mw == nullptr) return EINVAL;
+      const ibv_mw_bind_info& b = wr.bind_mw.bind_info;
+      w->imm_data = wr.bind_mw.mw->rkey;
+      w->rkey = wr.bind_mw.rkey;
+      w->remote_addr = b.addr;
+      w->compare_add = b.length;
+      w->swap = (b.mr ? b.mr->lkey : 0u) | (uint64_t{static_cast<uint32_t>(b.mw_access_flags)} << 32);
+    }
+    return 0;
+  }
   switch (wr.opcode) {
     case IBV_WR_RDMA_WRITE:
     case IBV_WR_RDMA_WRITE_WITH_IMM:
@@ -296,8 +313,17 @@ int fill_send(const FQp& q, const ibv_send_wr& wr, droce_shm_send_wqe* w) {
   return 0;
 }
 
+// A QP in RESET takes no work request (EINVAL, as rxe and rdma-core's tests
+// expect). Only ibv_modify_qp moves a QP into or out of RESET (the engine's
+// own transitions go to ERR), so the state ibv_modify_qp records is exact here.
+bool in_reset(const ibv_qp* qp) { return __atomic_load_n(&qp->state, __ATOMIC_RELAXED) == IBV_QPS_RESET; }
+
 int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) {
   auto* q = reinterpret_cast<FQp*>(qp);
+  if (in_reset(qp)) {
+    if (bad) *bad = wr;
+    return EINVAL;
+  }
   std::lock_guard<SpinLock> g(q->ring.sq_lock);
   // free_slots() counts from the last published entry, so it includes the
   // n slots filled but not yet published.
@@ -315,6 +341,54 @@ int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) {
   if (n) q->ring.sq.publish(n);  // one doorbell for the whole list
   if (rc != 0 && bad) *bad = wr;
   return rc;
+}
+
+// ibv_bind_mw (type 1): a BIND_MW entry marked as posted by the bind verb,
+// with the window's next key (ibv_inc_rkey), which the window takes now, as
+// rdma-core's providers do (the bind completes later, in order, on the QP).
+int bind_mw(ibv_qp* qp, ibv_mw* mw, ibv_mw_bind* mb) {
+  if (qp == nullptr || mw == nullptr || mb == nullptr || mw->type != IBV_MW_TYPE_1 || in_reset(qp)) return EINVAL;
+  auto* q = reinterpret_cast<FQp*>(qp);
+  ibv_send_wr wr{};
+  wr.wr_id = mb->wr_id;
+  wr.opcode = IBV_WR_BIND_MW;
+  wr.send_flags = mb->send_flags;
+  wr.bind_mw.mw = mw;
+  wr.bind_mw.rkey = ibv_inc_rkey(mw->rkey);
+  wr.bind_mw.bind_info = mb->bind_info;
+  std::lock_guard<SpinLock> g(q->ring.sq_lock);
+  if (q->ring.sq.free_slots(1) < 1) return ENOMEM;
+  droce_shm_send_wqe* w = q->ring.sq.slot(0);
+  if (int rc = fill_send(*q, wr, w)) return rc;
+  w->send_flags |= DROCE_SEND_BIND_TYPE1;
+  q->ring.sq.publish(1);
+  mw->rkey = wr.bind_mw.rkey;
+  return 0;
+}
+
+ibv_mw* alloc_mw(ibv_pd* pd, ibv_mw_type type) {
+  AllocMwReq q{pd->handle, static_cast<uint32_t>(type)};
+  AllocMwResp r{};
+  if (int rc = conn_of(pd->context).call<Op::AllocMw>(q, r)) return fail<ibv_mw>(rc);
+  auto* m = new_obj<ibv_mw>();
+  if (m == nullptr) {
+    Empty e;
+    conn_of(pd->context).call<Op::DeallocMw>({r.handle}, e);
+    return fail<ibv_mw>(-ENOMEM);
+  }
+  m->context = pd->context;
+  m->pd = pd;
+  m->rkey = r.rkey;
+  m->handle = r.handle;
+  m->type = type;
+  return m;
+}
+
+int dealloc_mw(ibv_mw* mw) {
+  Empty e;
+  if (int rc = conn_of(mw->context).call<Op::DeallocMw>({mw->handle}, e)) return -rc;
+  delete_obj(mw);
+  return 0;
 }
 
 template <typename Ring>
@@ -348,6 +422,10 @@ int post_recv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad) {
   if (qp->srq != nullptr) {
     if (bad) *bad = wr;
     return EINVAL;  // receives go to the SRQ
+  }
+  if (in_reset(qp)) {
+    if (bad) *bad = wr;
+    return EINVAL;
   }
   std::lock_guard<SpinLock> g(q->ring.rq_lock);
   return post_recv_to(q->ring.rq, q->cap.max_recv_sge, wr, bad);
@@ -502,7 +580,7 @@ void wr_start(ibv_qp_ex* qx) {
 
 int wr_complete(ibv_qp_ex* qx) {
   FQp* q = qp_of(qx);
-  const int err = q->wr_err;
+  const int err = q->wr_err ? q->wr_err : (q->wr_n && in_reset(&q->qp)) ? EINVAL : 0;
   if (err == 0 && q->wr_n) q->ring.sq.publish(q->wr_n);
   q->wr_n = 0;
   q->ring.sq_lock.unlock();
@@ -585,6 +663,27 @@ void wr_atomic_fetch_add(ibv_qp_ex* qx, uint32_t rkey, uint64_t addr, uint64_t a
     w->compare_add = add;
   }
 }
+// BIND_MW of a type 2 window with the key the consumer chose, and LOCAL_INV:
+// the same ring entries ibv_post_send makes (fill_send); the engine checks them.
+void wr_bind_mw(ibv_qp_ex* qx, ibv_mw* mw, uint32_t rkey, const ibv_mw_bind_info* b) {
+  FQp* q = qp_of(qx);
+  if (q->wr_err) return;
+  if (mw == nullptr || b == nullptr) {
+    q->wr_err = EINVAL;
+    return;
+  }
+  if (auto* w = wr_next(q, DROCE_WR_BIND_MW)) {
+    w->send_flags &= ~static_cast<uint32_t>(DROCE_SEND_BIND_TYPE1);
+    w->imm_data = mw->rkey;
+    w->rkey = rkey;
+    w->remote_addr = b->addr;
+    w->compare_add = b->length;
+    w->swap = (b->mr ? b->mr->lkey : 0u) | (uint64_t{static_cast<uint32_t>(b->mw_access_flags)} << 32);
+  }
+}
+void wr_local_inv(ibv_qp_ex* qx, uint32_t invalidate_rkey) {
+  if (auto* w = wr_next(qp_of(qx), DROCE_WR_LOCAL_INV)) w->imm_data = invalidate_rkey;
+}
 
 void wr_set_ud_addr(ibv_qp_ex* qx, ibv_ah* ah, uint32_t remote_qpn, uint32_t remote_qkey) {
   FQp* q = qp_of(qx);
@@ -653,13 +752,14 @@ void wr_set_inline_data(ibv_qp_ex* qx, void* addr, size_t length) {
 }
 
 // The send operations each QP type offers (as ibv_post_send: kSendOps*);
-// LOCAL_INV, BIND_MW (no memory windows), TSO, FLUSH and ATOMIC_WRITE are not.
+// TSO, FLUSH and ATOMIC_WRITE are not.
 constexpr uint64_t kQpExOpsRc = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |
                                 IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ |
                                 IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD |
-                                IBV_QP_EX_WITH_SEND_WITH_INV;
+                                IBV_QP_EX_WITH_SEND_WITH_INV | IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_BIND_MW;
 constexpr uint64_t kQpExOpsUc = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |
-                                IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM;
+                                IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_LOCAL_INV |
+                                IBV_QP_EX_WITH_BIND_MW;
 constexpr uint64_t kQpExOpsUd = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM;
 
 void set_qp_ex_ops(ibv_qp_ex& x, uint64_t ops) {
@@ -671,6 +771,8 @@ void set_qp_ex_ops(ibv_qp_ex& x, uint64_t ops) {
   if (ops & IBV_QP_EX_WITH_RDMA_READ) x.wr_rdma_read = wr_rdma_read;
   if (ops & IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP) x.wr_atomic_cmp_swp = wr_atomic_cmp_swp;
   if (ops & IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD) x.wr_atomic_fetch_add = wr_atomic_fetch_add;
+  if (ops & IBV_QP_EX_WITH_BIND_MW) x.wr_bind_mw = wr_bind_mw;
+  if (ops & IBV_QP_EX_WITH_LOCAL_INV) x.wr_local_inv = wr_local_inv;
   x.wr_set_ud_addr = wr_set_ud_addr;
   x.wr_set_sge = wr_set_sge;
   x.wr_set_sge_list = wr_set_sge_list;
@@ -802,6 +904,9 @@ ibv_context* droce_v11_ibv_open_device(ibv_device* d) {
   c.ops.post_send = post_send;
   c.ops.post_recv = post_recv;
   c.ops.post_srq_recv = post_srq_recv;
+  c.ops.alloc_mw = alloc_mw;
+  c.ops.dealloc_mw = dealloc_mw;
+  c.ops.bind_mw = bind_mw;
   return &c;
 }
 
@@ -1319,7 +1424,7 @@ DROCE_EXPORT int ibv_modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int mask) {
   Empty e;
   int rc = conn_of(qp->context).call<Op::ModifyQp>({reinterpret_cast<FQp*>(qp)->handle, static_cast<uint32_t>(mask), *attr}, e);
   if (rc != 0) return -rc;
-  if (mask & IBV_QP_STATE) qp->state = attr->qp_state;
+  if (mask & IBV_QP_STATE) __atomic_store_n(&qp->state, attr->qp_state, __ATOMIC_RELAXED);
   return 0;
 }
 
