@@ -3,6 +3,7 @@
 // link's raw forwarding rate (alloc + 64-byte frame copy + tx + rx + free, no
 // transport) measured in the same run.
 // Release build: build/test/bench/bench_transport [seconds-per-case]
+#include <malloc.h>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -212,6 +213,44 @@ double run_msgs(WrOpcode op, uint32_t len, Mtu mtu, double secs, uint32_t depth,
 
 }  // namespace
 
+// Heap bytes in use (malloc'd, mmapped chunks included).
+size_t heap_bytes() {
+  const struct mallinfo2 m = mallinfo2();
+  return m.uordblks + m.hblkhd;
+}
+
+// Memory per idle QP: an engine sized for n QPs, n RC QPs created with one
+// send and one receive WR each and moved to INIT (nothing posted), the heap
+// growth from before the engine over n. Counts the engine's per-QP tables.
+double idle_qp_bytes(uint32_t n) {
+  RealClock clock;
+  memlink::Link link{clock, 1, 64, 2048};
+  memlink::Port& port = link.add_port(mac_of(0));
+  const size_t before = heap_bytes();
+  EngineConfig c;
+  c.mac = mac_of(0);
+  c.gid = gid_of(0);
+  c.max_qps = n + 2;
+  auto e = std::make_unique<Engine>(c, port, clock);
+  const Pd pd = e->alloc_pd();
+  Cq* cq = e->create_cq(16);
+  for (uint32_t i = 0; i < n; ++i) {
+    QpInitAttr init;
+    init.pd = pd.handle;
+    init.send_cq = cq;
+    init.recv_cq = cq;
+    init.cap.max_send_wr = 1;
+    init.cap.max_recv_wr = 1;
+    uint32_t qpn = 0;
+    if (e->create_qp(init, &qpn)) std::abort();
+    QpAttr a;
+    a.qp_state = QpState::Init;
+    a.qp_access_flags = kAccessRemoteWrite;
+    if (e->modify_qp(qpn, a, kQpState | kQpPkeyIndex | kQpPort | kQpAccessFlags)) std::abort();
+  }
+  return static_cast<double>(heap_bytes() - before) / n;
+}
+
 int main(int argc, char** argv) {
   const double secs = argc > 1 ? std::atof(argv[1]) : 0.5;
   std::printf("droce transport benchmark (both engines and the link on one core; best of 3 interleaved rounds)\n");
@@ -244,5 +283,10 @@ int main(int argc, char** argv) {
               " with its ICRC, the floor every message pays whatever the transport does)\n");
   std::printf("frames on the link per 64 B message (request + coalesced ACKs): WRITE %.2f, SEND %.2f\n", w64_fpm,
               s64_fpm);
+  const uint32_t nqp = 100'000;
+  std::printf("%-38s %14.0f %14d %10.2f\n", "memory per idle RC QP (bytes, 100k QPs)", idle_qp_bytes(nqp), 2048,
+              idle_qp_bytes(nqp) / 2048);
+  std::printf("(baseline: issue 12's goal of 2 KiB per idle QP; heap growth of an engine with 100k QPs in INIT,\n"
+              " one send and one receive WR each, over the QP count)\n");
   return 0;
 }
