@@ -2,6 +2,8 @@
 // its own embedded droce node (lib/engine/embed.h) on a DPDK port; the two
 // exchange QPN / PSN / rkey / address over TCP (port 18515, as perftest) and
 // run send/write/read/atomic x bw/lat with the data verified.
+// raw_ethernet_lat: frames echoed through the same port with no transport,
+// the latency baseline (test/bench/bench_dataplane.sh prints the ratio).
 //
 //   server:  droce-perf write_bw --device net_af_packet0,iface=vb --ip 10.20.0.2 -- --lcores=0@1
 //   client:  droce-perf write_bw 127.0.0.1 --device net_af_packet0,iface=va --ip 10.20.0.1 -s 4096 -- ...
@@ -14,6 +16,8 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <rte_cycles.h>
+#include <rte_ethdev.h>
+#include <rte_mbuf.h>
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -667,6 +671,115 @@ void print_lat(uint32_t size, Result& r, bool ok) {
               pct(0.5), avg, pct(0.99), pct(0.999), ok ? "ok" : "FAILED");
 }
 
+// ---------------------------------------------------------------- raw_ethernet_lat
+// The baseline of the latency ratio, measured by the same tool through the
+// same port (like perftest's raw_ethernet_lat): Ethernet frames of -s bytes
+// (ethertype 0x88B5, IEEE local experimental) with no transport at all; the
+// client sends one, the server sends it straight back, and the half round trip
+// is reported like write_lat's. The node's dataplane is not polled meanwhile.
+constexpr uint16_t kRawEtherType = 0x88B5;
+struct RawHello {
+  uint8_t mac[6];
+  uint16_t size;
+  uint32_t warmup;
+  uint64_t iters;
+};
+
+bool raw_is_ours(const rte_mbuf* m, uint64_t* seq) {
+  if (m->data_len < 22) return false;
+  const auto* d = rte_pktmbuf_mtod(m, const uint8_t*);
+  if (((d[12] << 8) | d[13]) != kRawEtherType) return false;
+  std::memcpy(seq, d + 14, 8);
+  return true;
+}
+
+int run_raw_lat(const Opts& o, engine::Embedded& node) {
+  dpdk::Port& port = node.port();
+  const uint16_t pid = port.id();
+  const wire::MacAddr me = port.mac();
+  const bool client = !o.host.empty();
+  int fd = client ? tcp_connect(o.host, o.tcp_port) : tcp_listen(o.tcp_port);
+  RawHello mine{}, peer{};
+  std::memcpy(mine.mac, me.data(), 6);
+  mine.size = static_cast<uint16_t>(std::clamp<uint32_t>(o.size, 60, 1514));
+  mine.warmup = 100;
+  mine.iters = o.iters;
+  auto idle = [] {};
+  send_all(fd, &mine, sizeof mine);
+  recv_msg(fd, &peer, sizeof peer, idle, 30);
+  if (!port.wait_link_up(10000)) throw std::runtime_error("raw_ethernet_lat: the port's link is down");
+  const RawHello& cfg = client ? mine : peer;
+  const uint64_t total = cfg.warmup + cfg.iters;
+  const uint64_t hz = rte_get_tsc_hz();
+  rte_mbuf* rx[32];
+  Result r;
+  uint64_t errors = 0;
+  if (client) {
+    print_lat_header();
+    r.lat_us.reserve(cfg.iters);
+    for (uint64_t i = 0; i < total && errors == 0; ++i) {
+      rte_mbuf* m = rte_pktmbuf_alloc(port.pool());
+      if (!m) throw std::runtime_error("raw_ethernet_lat: no mbuf");
+      auto* d = reinterpret_cast<uint8_t*>(rte_pktmbuf_append(m, cfg.size));
+      std::memset(d, 0, cfg.size);
+      std::memcpy(d, peer.mac, 6);
+      std::memcpy(d + 6, me.data(), 6);
+      d[12] = kRawEtherType >> 8;
+      d[13] = kRawEtherType & 0xFF;
+      std::memcpy(d + 14, &i, 8);
+      const uint64_t t0 = rte_rdtsc();
+      uint64_t spins = 0;
+      while (rte_eth_tx_burst(pid, 0, &m, 1) == 0)
+        if (++spins > 10'000'000) throw std::runtime_error("raw_ethernet_lat: TX queue stays full");
+      bool back = false;
+      while (!back) {
+        const uint16_t n = rte_eth_rx_burst(pid, 0, rx, 32);
+        for (uint16_t k = 0; k < n; ++k) {
+          uint64_t seq;
+          if (raw_is_ours(rx[k], &seq) && seq == i) back = true;
+          rte_pktmbuf_free(rx[k]);
+        }
+        if (!back && rte_rdtsc() - t0 > hz) {
+          spdlog::error("raw_ethernet_lat: frame {} did not come back within 1 s", i);
+          ++errors;
+          break;
+        }
+      }
+      if (back && i >= cfg.warmup) r.lat_us.push_back(static_cast<double>(rte_rdtsc() - t0) * 1e6 / static_cast<double>(hz) / 2);
+    }
+    print_lat(cfg.size, r, errors == 0);
+  } else {
+    std::printf(" raw_ethernet_lat server: echoing %lu frames of %u bytes\n", static_cast<unsigned long>(total), cfg.size);
+    uint64_t echoed = 0, last = rte_rdtsc();
+    while (echoed < total) {
+      const uint16_t n = rte_eth_rx_burst(pid, 0, rx, 32);
+      for (uint16_t k = 0; k < n; ++k) {
+        uint64_t seq;
+        if (!raw_is_ours(rx[k], &seq)) {
+          rte_pktmbuf_free(rx[k]);
+          continue;
+        }
+        auto* d = rte_pktmbuf_mtod(rx[k], uint8_t*);
+        std::memcpy(d, peer.mac, 6);
+        std::memcpy(d + 6, me.data(), 6);
+        uint64_t spins = 0;
+        while (rte_eth_tx_burst(pid, 0, &rx[k], 1) == 0)
+          if (++spins > 10'000'000) throw std::runtime_error("raw_ethernet_lat: TX queue stays full");
+        ++echoed;
+        last = rte_rdtsc();
+      }
+      if (rte_rdtsc() - last > 5 * hz) {
+        spdlog::error("raw_ethernet_lat: no frame for 5 s after {} of {}", echoed, total);
+        ++errors;
+        break;
+      }
+    }
+  }
+  close(fd);
+  std::printf("result: %s\n", errors == 0 ? "PASS" : "FAIL");
+  return errors == 0 ? 0 : 1;
+}
+
 Params params_from(const Opts& o) {
   Params p;
   std::string t = o.test;
@@ -912,7 +1025,7 @@ void close_after_peer(engine::Embedded& node) {
 int main(int argc, char** argv) {
   Opts o;
   CLI::App app{"droce-perf: perftest-like RoCEv2 benchmark between two droce nodes"};
-  app.add_option("test", o.test, "send_bw send_lat write_bw write_lat read_bw read_lat atomic_bw atomic_lat")->required();
+  app.add_option("test", o.test, "send_bw send_lat write_bw write_lat read_bw read_lat atomic_bw atomic_lat, or raw_ethernet_lat (frames with no transport: the baseline)")->required();
   app.add_option("server", o.host, "server address for the TCP exchange (client side); none: be the server");
   engine::add_node_options(app, o.device, o.ip, o.mac);
   app.add_option("-s,--size", o.size, "message size in bytes")->check(CLI::Range(1u, 1u << 30));
@@ -943,9 +1056,13 @@ int main(int argc, char** argv) {
   if (const auto rc = engine::parse_node_command_line(app, argc, argv, eal)) return *rc;
   spdlog::set_level(spdlog::level::warn);
   try {
-    Params check = params_from(o);  // reject bad combinations before starting DPDK
-    (void)check;
+    const bool raw = o.test == "raw_ethernet_lat";
+    if (!raw) {
+      Params check = params_from(o);  // reject bad combinations before starting DPDK
+      (void)check;
+    }
     auto node = std::make_unique<engine::Embedded>(embed_options(o, eal));
+    if (raw) return run_raw_lat(o, *node);
     apply_faults(*node, o);
     engine::announce_node(*node, o.device, o.gid_index, "-x");
     if (!o.host.empty()) {

@@ -9,8 +9,9 @@
 #   3. the same 64-byte WRITE rate with 2 queues per port (RSS/fanout spreads
 #      frames, the cross-core rings bring them to the owning loop; both loops
 #      on one thread in embedded mode);
-#   4. 8-byte WRITE ping-pong latency (write_lat), printed without a ratio:
-#      droce-perf has no raw ping-pong yet.
+#   4. 8-byte WRITE ping-pong latency (write_lat, typical half round trip) vs
+#      droce-perf raw_ethernet_lat: 64-byte frames echoed through the same port
+#      with no transport.
 # The port is net_af_packet on a veth pair (the kernel moves every frame and is
 # the bottleneck) or net_memif (shared memory between the two processes: the
 # fast path, where the stack's own cost shows; MTU 4096 with 8 KiB buffers).
@@ -77,16 +78,18 @@ for r in $(seq 1 "$rounds"); do
   v[memcpy]+=" $("$build/test/bench/bench_memcpy" 65536 1 | awk '{print $(NF-1)}')"
 done
 droce_perf_run "$tmp/lat.log" 1 write_lat -s 8 -n 20000
+droce_perf_run "$tmp/rawlat.log" 1 raw_ethernet_lat -s 64 -n 20000
 raw=$(median <<<"${v[raw]}")
 w64=$(median <<<"${v[w64]}"); w64k=$(median <<<"${v[w64k]}"); w64kc=$(median <<<"${v[w64kc]}")
 q2=$(median <<<"${v[q2]}"); mc=$(median <<<"${v[memcpy]}")
 # write_lat columns: size iters t_min t_max t_typical t_avg p99 p99.9 result
 lat=$(awk '$1 == 8 && NF >= 8 {print $5}' "$tmp/lat.log" | tail -1)
+rawlat=$(awk '$1 == 64 && NF >= 8 {print $5}' "$tmp/rawlat.log" | tail -1)
 csv=$build/bench-dataplane-$ptype.csv
 echo "port,case,droce,baseline,unit,ratio,data" >"$csv"
 awk -v raw="$raw" -v m="$w64" -v ok="$(ok_all ${ok[w64]})" -v q2="$q2" -v q2ok="$(ok_all ${ok[q2]})" \
     -v g="$w64k" -v gok="$(ok_all ${ok[w64k]})" -v mc="$mc" -v gc="$w64kc" -v gcok="$(ok_all ${ok[w64kc]})" \
-    -v lat="${lat:-0}" -v pt="$ptype" -v mtu="$mtu" -v secs="$secs" -v rounds="$rounds" -v csv="$csv" '
+    -v lat="${lat:-0}" -v rawlat="${rawlat:-0}" -v pt="$ptype" -v mtu="$mtu" -v secs="$secs" -v rounds="$rounds" -v csv="$csv" '
 function row(name, d, b, unit, fmt, okk,   ratio) {
   ratio = (b > 0 ? sprintf("%.3f", d / b) : "n/a")
   printf "%-46s " fmt " %-5s " fmt " %-5s %7s  (data %s)\n", name, d, unit, b, unit, ratio, okk
@@ -100,8 +103,7 @@ BEGIN {
   row("64 KiB RC WRITE (MTU " mtu ", copy) vs memcpy", gc, mc, "Gb/s", "%11.3f", gcok)
   row("64 KiB WRITE zero-copy vs copy path", g, gc, "Gb/s", "%11.3f", (gok == "ok" && gcok == "ok") ? "ok" : "FAILED")
   row("64 B WRITE, 2 queues (4 QPs) vs 1 queue", q2, m, "Mpps", "%11.4f", q2ok)
-  printf "%-46s %11.2f us  (typical half round trip, no raw ping-pong baseline yet)\n", "8 B RC WRITE latency (write_lat)", lat
-  printf "%s,8 B RC WRITE half RTT,%s,,us,n/a,%s\n", pt, lat, (lat > 0 ? "ok" : "FAILED") >> csv
+  row("8 B WRITE half RTT vs raw 64 B frame ping-pong", lat, rawlat, "us", "%11.2f", (lat > 0 && rawlat > 0) ? "ok" : "FAILED")
 }'
 echo "  (csv: $csv)"
 if [ "$ptype" = af_packet ]; then

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Two droce-perf nodes in two processes joined by net_memif (shared memory),
 # inside a network namespace of their own (its loopback carries the TCP
-# exchange): write, read, send and atomic with the data verified.
+# exchange): write, read, send and atomic with the data verified, and the raw
+# frame ping-pong (raw_ethernet_lat) every frame of which must come back.
 #   perf_memif.sh PATH/TO/droce-perf
 set -uo pipefail
 perf=$1
@@ -21,7 +22,7 @@ EAL=(--in-memory --no-pci --log-level=lib.eal:error --log-level=pmd.net.memif:er
 fails=0
 passes=0
 port=18700
-IFS=';' read -ra list <<<"${DROCE_PERF_RUNS:-write_bw -s 65536 -n 500;write_bw -s 64 -n 20000;read_bw -s 4096 -n 2000;send_bw -s 1024 -n 5000;atomic_bw -n 5000;write_lat -s 64 -n 1000}"
+IFS=';' read -ra list <<<"${DROCE_PERF_RUNS:-write_bw -s 65536 -n 500;write_bw -s 64 -n 20000;read_bw -s 4096 -n 2000;send_bw -s 1024 -n 5000;atomic_bw -n 5000;write_lat -s 64 -n 1000;raw_ethernet_lat -s 64 -n 2000}"
 for run in "${list[@]}"; do
   read -ra args <<<"$run"
   port=$((port + 1))
