@@ -201,12 +201,7 @@ int QpBase::post_send(const SendWr& wr) noexcept {
     w.wr.send_flags &= ~kSendInline;
     w.length = 0;
     w.is_inline = false;
-    w.state = WqeState::Posted;
-    w.status = WcStatus::Success;
-    w.first_psn = w.last_psn = 0;
-    w.npkts = 0;
-    w.read_pkts_done = 0;
-    w.atomic_orig = 0;
+    w.mark_posted();
     ++sq.head;
     return 0;
   }
@@ -232,12 +227,7 @@ int QpBase::post_send(const SendWr& wr) noexcept {
     }
   }
   if (type == QpType::UD) w.ah = *wr.ud.ah;
-  w.state = WqeState::Posted;
-  w.status = WcStatus::Success;
-  w.first_psn = w.last_psn = 0;
-  w.npkts = 0;
-  w.read_pkts_done = 0;
-  w.atomic_orig = 0;
+  w.mark_posted();
   ++sq.head;
   return 0;
 }

@@ -111,6 +111,16 @@ struct SendWqe {
   uint32_t npkts = 0;
   uint32_t read_pkts_done = 0;  // READ: response packets placed
   uint64_t atomic_orig = 0;
+
+  // A freshly posted WQE: not started, nothing sent or placed yet.
+  void mark_posted() noexcept {
+    state = WqeState::Posted;
+    status = WcStatus::Success;
+    first_psn = last_psn = 0;
+    npkts = 0;
+    read_pkts_done = 0;
+    atomic_orig = 0;
+  }
 };
 
 struct QpInitAttr {

@@ -123,13 +123,13 @@ struct Pair {
     up(*a, qa, qb, 1, mtu);
     up(*b, qb, qa, 0, mtu);
   }
-  static uint32_t make_qp(Engine& e, Pd pd, Cq* s, Cq* r) {
+  static uint32_t make_qp(Engine& e, Pd pd, Cq* s, Cq* r, uint32_t wrs = 1024) {
     QpInitAttr init;
     init.pd = pd.handle;
     init.send_cq = s;
     init.recv_cq = r;
-    init.cap.max_send_wr = 1024;
-    init.cap.max_recv_wr = 1024;
+    init.cap.max_send_wr = wrs;
+    init.cap.max_recv_wr = wrs;
     uint32_t qpn = 0;
     if (e.create_qp(init, &qpn)) std::abort();
     return qpn;
@@ -235,14 +235,7 @@ double idle_qp_bytes(uint32_t n) {
   const Pd pd = e->alloc_pd();
   Cq* cq = e->create_cq(16);
   for (uint32_t i = 0; i < n; ++i) {
-    QpInitAttr init;
-    init.pd = pd.handle;
-    init.send_cq = cq;
-    init.recv_cq = cq;
-    init.cap.max_send_wr = 1;
-    init.cap.max_recv_wr = 1;
-    uint32_t qpn = 0;
-    if (e->create_qp(init, &qpn)) std::abort();
+    const uint32_t qpn = Pair::make_qp(*e, pd, cq, cq, 1);
     QpAttr a;
     a.qp_state = QpState::Init;
     a.qp_access_flags = kAccessRemoteWrite;

@@ -667,13 +667,20 @@ int EngineShimBackend::destroy_qp(const ClientInfo&, ObjId id) {
 
 // ---- multicast ----
 
-int EngineShimBackend::attach_mcast(const ClientInfo&, ObjId id, const ibv_gid& gid) {
+// The UD QP behind `id` and the group as a wire GID: 0, or a negative errno.
+int EngineShimBackend::mcast_member(ObjId id, const ibv_gid& gid, Qp** qp, wire::Gid* g) {
   auto it = qps_.find(id);
   if (it == qps_.end()) return -ENOENT;
-  Qp* p = it->second.get();
-  if (p->type != verbs::QpType::UD) return -EINVAL;
+  *qp = it->second.get();
+  if ((*qp)->type != verbs::QpType::UD) return -EINVAL;
+  std::memcpy(g->data(), gid.raw, 16);
+  return 0;
+}
+
+int EngineShimBackend::attach_mcast(const ClientInfo&, ObjId id, const ibv_gid& gid) {
+  Qp* p = nullptr;
   wire::Gid g;
-  std::memcpy(g.data(), gid.raw, 16);
+  if (const int rc = mcast_member(id, gid, &p, &g)) return rc;
   if (!wire::gid_is_multicast(g)) return -EINVAL;
   const int rc = dp_.attach_mcast(p->port, p->qpn, g);
   if (rc == 0) ++p->mcast_groups;  // attaching twice is one membership: counted per call, bounded below
@@ -681,12 +688,9 @@ int EngineShimBackend::attach_mcast(const ClientInfo&, ObjId id, const ibv_gid& 
 }
 
 int EngineShimBackend::detach_mcast(const ClientInfo&, ObjId id, const ibv_gid& gid) {
-  auto it = qps_.find(id);
-  if (it == qps_.end()) return -ENOENT;
-  Qp* p = it->second.get();
-  if (p->type != verbs::QpType::UD) return -EINVAL;
+  Qp* p = nullptr;
   wire::Gid g;
-  std::memcpy(g.data(), gid.raw, 16);
+  if (const int rc = mcast_member(id, gid, &p, &g)) return rc;
   const int rc = dp_.detach_mcast(p->port, p->qpn, g);
   if (rc == 0 && p->mcast_groups) --p->mcast_groups;
   return -rc;

@@ -121,6 +121,7 @@ class EngineShimBackend final : public ShimBackend {
   int on_core(size_t core, std::function<int(engine::CoreLoop&)> fn);
   int core_of(const ClientInfo& c);
   int to_ah(uint32_t port, const ibv_ah_attr& a, verbs::Ah& out);
+  int mcast_member(ObjId id, const ibv_gid& gid, Qp** qp, wire::Gid* g);
   uint32_t poll_core(Core& k) noexcept;
   uint32_t drain_qp(Core& k, Qp& q) noexcept;
   uint32_t drain_rq(Core& k, Qp& q, verbs::QpState st) noexcept;
