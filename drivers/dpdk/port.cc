@@ -190,19 +190,17 @@ Port::Port(const PortConfig& cfg) {
 Port::~Port() { close(); }
 
 namespace {
-
 struct CloseJob {
   Port* port;
   std::atomic<bool> done{false};
 };
+}  // namespace
 
-void close_from_alarm(void* arg) {
+void Port::close_from_alarm(void* arg) noexcept {
   auto* job = static_cast<CloseJob*>(arg);
   job->port->close_now();
   job->done.store(true, std::memory_order_release);
 }
-
-}  // namespace
 
 // Virtual devices such as net_memif handle their peer's control messages in
 // EAL's interrupt thread. In DPDK 22.11, a peer's disconnect handled there

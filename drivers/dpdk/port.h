@@ -107,10 +107,11 @@ class Port {
   // Stops the device and releases it; also done by the destructor. Runs on
   // EAL's interrupt thread (see port.cc), waiting for it up to 5 s.
   void close() noexcept;
-  // The close itself, on the calling thread.
-  void close_now() noexcept;
 
  private:
+  // The close itself, on the calling thread (close() runs it from an EAL alarm).
+  void close_now() noexcept;
+  static void close_from_alarm(void* job) noexcept;
   uint16_t id_ = 0;
   bool open_ = false;
   bool started_ = false;
