@@ -11,6 +11,7 @@
 #include <iostream>
 #include <optional>
 
+#include "config/config.h"
 #include "control/client.h"
 #include "control/table.h"
 
@@ -91,6 +92,39 @@ int main(int argc, char** argv) {
     if (reorder) args["reorder"] = *reorder;
     if (corrupt) args["corrupt"] = *corrupt;
     if (seed) args["seed"] = *seed;
+  });
+
+  auto* dcqcn = app.add_subcommand("dcqcn", "congestion control per port: ECN marking, DCQCN, CNPs");
+  dcqcn->require_subcommand(1);
+  auto* dget = dcqcn->add_subcommand("get", "show each port's settings and CNP counters");
+  std::string dport;
+  dget->add_option("-p,--port", dport, "only this port");
+  dget->callback([&] {
+    cmd = "dcqcn get";
+    if (!dport.empty()) args["port"] = dport;
+  });
+  auto* dset = dcqcn->add_subcommand(
+      "set", "change one port's settings while droced runs (the poll cores apply them between bursts; "
+             "connected QPs restart at line rate with the new parameters)");
+  std::string dsport, d_on, d_ecn;
+  dset->add_option("-p,--port", dsport, "port name")->required();
+  dset->add_option("--dcqcn", d_on, "DCQCN rate control of RC/UC QPs: on or off")->check(CLI::IsMember({"on", "off"}));
+  dset->add_option("--ecn", d_ecn, "ECT(0) marking of data packets and CNPs for CE: on or off")
+      ->check(CLI::IsMember({"on", "off"}));
+  const auto& keys = droce::config::dcqcn_keys();
+  std::vector<std::optional<int64_t>> key_vals(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    dset->add_option(std::string("--") + keys[i].name, key_vals[i],
+                     std::string(keys[i].help) + " [" + std::to_string(keys[i].lo) + ".." +
+                         std::to_string(keys[i].hi) + "]");
+  }
+  dset->callback([&] {
+    cmd = "dcqcn set";
+    args["port"] = dsport;
+    if (!d_on.empty()) args["dcqcn"] = d_on == "on";
+    if (!d_ecn.empty()) args["ecn"] = d_ecn == "on";
+    for (size_t i = 0; i < keys.size(); ++i)
+      if (key_vals[i]) args[keys[i].name] = *key_vals[i];
   });
 
   auto* nvmf = app.add_subcommand("nvmf", "droce-nvmf's counters: target, per core loop, per queue (commands, "

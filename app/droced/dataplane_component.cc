@@ -16,6 +16,12 @@ DataplaneComponent::DataplaneComponent(DaemonContext& ctx, ControlComponent& con
   control.server().add("qps", "queue pairs: port, core, state, PSNs, counters", [this](const json&) { return qps(); });
   control.server().add("mrs", "memory regions: key, address, length, access, IOVA", [this](const json&) { return mrs(); });
   control.server().add("arp", "ARP / neighbour cache of every port", [this](const json&) { return arp(); });
+  control.server().add("dcqcn get", "congestion control per port: ecn, dcqcn, its parameters, CNPs (args: port)",
+                       [this](const json& a) { return dcqcn_get(a); });
+  control.server().add("dcqcn set",
+                       "change congestion control of a port at run time (args: port, dcqcn, ecn, and any "
+                       "[port.dcqcn_params] key)",
+                       [this](const json& a) { return dcqcn_set(a); });
 }
 
 DataplaneComponent::~DataplaneComponent() { stop(); }
@@ -73,6 +79,7 @@ void DataplaneComponent::start() {
     ps.counters = p < ctx_.port_counters.size() ? ctx_.port_counters[p].get() : nullptr;
     ps.dscp = pcfg.dscp;
     ps.ecn = pcfg.ecn;
+    ps.dcqcn = pcfg.dcqcn;
     dc.ports.push_back(std::move(ps));
     spdlog::info("dataplane: port {} = {} ({}), mac {}, {} rx / {} tx queue(s)", pcfg.name, pcfg.device,
                  port.driver(), dpdk::mac_to_string(port.mac()), port.rx_queues(), port.tx_queues());
@@ -146,9 +153,87 @@ json DataplaneComponent::qps() const {
                     {"err_naks_sent", q.ctr.err_naks_sent},
                     {"err_naks_received", q.ctr.err_naks_received},
                     {"cnp_sent", q.ctr.cnp_sent},
-                    {"cnp_received", q.ctr.cnp_received}});
+                    {"cnp_received", q.ctr.cnp_received},
+                    {"ce_received", q.ctr.ce_received},
+                    {"rp_limited", q.rp_limited},
+                    {"rate_mbps", q.rate_kbps / 1000.0},
+                    {"target_mbps", q.target_kbps / 1000.0},
+                    {"alpha", q.alpha},
+                    {"rp_cnps", q.rp.cnps},
+                    {"rate_decreases", q.rp.decreases},
+                    {"rate_increases", q.rp.increases},
+                    {"hyper_increases", q.rp.hyper},
+                    {"paced", q.ctr.paced}});
   }
   return json{{"qps", rows}};
+}
+
+uint32_t DataplaneComponent::port_arg(const json& args, const char* cmd, bool required) const {
+  auto it = args.find("port");
+  if (it == args.end()) {
+    if (required) throw CommandError(std::string(cmd) + ": port (a port name) is required");
+    return UINT32_MAX;
+  }
+  if (!it->is_string()) throw CommandError(std::string(cmd) + ": port must be a port name");
+  const auto& ports = ctx_.cfg.ports;
+  for (uint32_t p = 0; p < ports.size(); ++p)
+    if (ports[p].name == it->get<std::string>()) return p;
+  throw CommandError(std::string(cmd) + ": no port '" + it->get<std::string>() + "'");
+}
+
+json DataplaneComponent::cc_json(uint32_t p) const {
+  const engine::PortCc cc = dp().cc(p);
+  json o = json::object();
+  o["ecn"] = cc.ecn;
+  o["dcqcn"] = cc.dcqcn.enabled;
+  for (const config::DcqcnKey& k : config::dcqcn_keys()) o[k.name] = cc.dcqcn.*k.field;
+  o["cnp_sent"] = dp().engine_counter(p, transport::Ctr::CnpSent);
+  o["cnp_suppressed"] = dp().engine_counter(p, transport::Ctr::CnpSuppressed);
+  o["cnp_received"] = dp().engine_counter(p, transport::Ctr::CnpReceived);
+  o["ce_received"] = dp().engine_counter(p, transport::Ctr::CeReceived);
+  return o;
+}
+
+json DataplaneComponent::dcqcn_get(const json& args) const {
+  for (const auto& [k, v] : args.items())
+    if (k != "port") throw CommandError("dcqcn get: unknown argument '" + k + "'");
+  const uint32_t only = port_arg(args, "dcqcn get", false);
+  json out = json::object();
+  for (uint32_t p = 0; p < ctx_.cfg.ports.size(); ++p)
+    if (only == UINT32_MAX || only == p) out[ctx_.cfg.ports[p].name] = cc_json(p);
+  return out;
+}
+
+json DataplaneComponent::dcqcn_set(const json& args) {
+  const uint32_t p = port_arg(args, "dcqcn set", true);
+  engine::PortCc cc = dp().cc(p);
+  bool any = false;
+  for (const auto& [k, v] : args.items()) {
+    if (k == "port") continue;
+    any = true;
+    if (k == "dcqcn" || k == "ecn") {
+      if (!v.is_boolean()) throw CommandError("dcqcn set: " + k + " must be true or false, not " + v.dump());
+      (k == "dcqcn" ? cc.dcqcn.enabled : cc.ecn) = v.get<bool>();
+      continue;
+    }
+    if (!v.is_number_integer())
+      throw CommandError("dcqcn set: " + k + " must be an integer, not " + v.dump());
+    const int64_t x = v.is_number_unsigned() && v.get<uint64_t>() > INT64_MAX ? INT64_MAX : v.get<int64_t>();
+    const std::string err = config::set_dcqcn_key(cc.dcqcn, k, x);
+    if (!err.empty()) throw CommandError("dcqcn set: " + err);
+  }
+  if (!any) throw CommandError("dcqcn set: nothing to change");
+  const std::string err = config::check_dcqcn(cc.dcqcn);
+  if (!err.empty()) throw CommandError("dcqcn set: " + err);
+  try {
+    dp().set_cc(p, cc);
+  } catch (const engine::DataplaneError& e) {
+    throw CommandError(std::string("dcqcn set: ") + e.what());
+  }
+  spdlog::info("dcqcn set: port {}: {}", ctx_.cfg.ports[p].name, args.dump());
+  json out = json::object();
+  out[ctx_.cfg.ports[p].name] = cc_json(p);
+  return out;
 }
 
 json DataplaneComponent::mrs() const {

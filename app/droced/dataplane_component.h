@@ -1,6 +1,6 @@
 // The dataplane as one more droced Component: EAL (config + command line
 // arguments), the [[port]]s, the [[core]]s, a lib/engine Dataplane over them,
-// and the control commands `qps`, `mrs`, `arp`. Fault settings reach the
+// and the control commands `qps`, `mrs`, `arp`, `dcqcn get`, `dcqcn set`. Fault settings reach the
 // cores' injectors through DaemonContext::faults (`fault set` at run time).
 #pragma once
 
@@ -28,6 +28,11 @@ class DataplaneComponent : public Component {
   control::json qps() const;
   control::json mrs() const;
   control::json arp() const;
+  control::json dcqcn_get(const control::json& args) const;
+  control::json dcqcn_set(const control::json& args);
+  control::json cc_json(uint32_t port) const;
+  // The "port" argument as an index; UINT32_MAX when absent and not required.
+  uint32_t port_arg(const control::json& args, const char* cmd, bool required) const;
   engine::Dataplane& dp() const;
 
   DaemonContext& ctx_;

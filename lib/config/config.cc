@@ -268,6 +268,18 @@ void read_fault(Reader& r, FaultConfig& f) {
   r.finish();
 }
 
+void read_dcqcn_params(Reader& r, DcqcnConfig& d) {
+  for (const DcqcnKey& k : dcqcn_keys()) {
+    if (auto v = r.integer(k.name, INT64_MIN, INT64_MAX)) {
+      std::string err = set_dcqcn_key(d, k.name, *v);
+      if (!err.empty()) r.fail_key(k.name, err.substr(err.find(": ") + 2));
+    }
+  }
+  r.finish();
+  std::string err = check_dcqcn(d);
+  if (!err.empty()) fail(r.src(), r.path(), err);
+}
+
 bool valid_name(std::string_view s) {
   if (s.empty() || s.size() > 32) return false;
   return std::all_of(s.begin(), s.end(), [](char c) {
@@ -319,6 +331,11 @@ PortConfig read_port(Reader& r) {
   if (p.vlan_pcp != 0 && !p.vlan) r.fail_key("vlan_pcp", "is set but vlan is not");
   r.integer_into("dscp", p.dscp, 0, 63);
   r.boolean_into("ecn", p.ecn);
+  r.boolean_into("dcqcn", p.dcqcn.enabled);
+  if (const toml::table* t = r.table("dcqcn_params")) {
+    Reader dr(r.src(), *t, r.key_path("dcqcn_params"));
+    read_dcqcn_params(dr, p.dcqcn);
+  }
   if (const toml::table* t = r.table("fault")) {
     Reader fr(r.src(), *t, r.key_path("fault"));
     read_fault(fr, p.fault);
@@ -620,6 +637,56 @@ void check_config(Config& c) {
 }
 
 }  // namespace
+
+const std::vector<DcqcnKey>& dcqcn_keys() {
+  using D = DcqcnConfig;
+  constexpr uint32_t kMaxMbps = 1'600'000;  // 1.6 Tb/s
+  constexpr uint32_t kMaxUs = 10'000'000;   // 10 s
+  static const std::vector<DcqcnKey> keys = {
+      {"line_rate_mbps", &D::line_rate_mbps, 1, kMaxMbps, "rate before the first CNP, and the most a QP recovers to (Mb/s)"},
+      {"alpha_g", &D::alpha_g, 0, 1024, "alpha keeps g/1024 of itself per update (NVIDIA dce_tcp_g)"},
+      {"initial_alpha", &D::initial_alpha, 0, 1024, "alpha on the first CNP, of 1024"},
+      {"alpha_update_period_us", &D::alpha_update_period_us, 1, kMaxUs, "alpha update period (us)"},
+      {"rate_reduce_monitor_period_us", &D::rate_reduce_monitor_period_us, 0, kMaxUs,
+       "at most one rate decrease per period (us)"},
+      {"time_reset_us", &D::time_reset_us, 1, kMaxUs, "timer increase period (us)"},
+      {"byte_reset", &D::byte_reset, 1, UINT32_MAX, "byte-counter increase period, in 64-byte units"},
+      {"threshold", &D::threshold, 1, 31, "fast-recovery stages before additive increase"},
+      {"ai_rate_mbps", &D::ai_rate_mbps, 1, kMaxMbps, "additive increase (Mb/s)"},
+      {"hai_rate_mbps", &D::hai_rate_mbps, 1, kMaxMbps, "hyper increase (Mb/s)"},
+      {"min_rate_mbps", &D::min_rate_mbps, 1, kMaxMbps, "the lowest rate a decrease leaves (Mb/s)"},
+      {"min_dec_fac_pct", &D::min_dec_fac_pct, 1, 100, "one decrease cuts at most this share of the rate (%)"},
+      {"min_time_between_cnps_us", &D::min_time_between_cnps_us, 0, kMaxUs, "at most one CNP per QP per period (us)"},
+      {"cnp_dscp", &D::cnp_dscp, 0, 63, "DSCP of the CNPs this port sends"},
+      {"cnp_prio", &D::cnp_prio, 0, 7, "802.1p priority of the CNPs this port sends (VLAN ports)"},
+  };
+  return keys;
+}
+
+std::string set_dcqcn_key(DcqcnConfig& c, std::string_view key, int64_t value) {
+  for (const DcqcnKey& k : dcqcn_keys()) {
+    if (key != k.name) continue;
+    if (value < k.lo || value > k.hi) {
+      return std::string(key) + ": " + std::to_string(value) + " is out of range " + std::to_string(k.lo) + ".." +
+             std::to_string(k.hi);
+    }
+    c.*k.field = static_cast<uint32_t>(value);
+    return {};
+  }
+  std::string list;
+  for (const DcqcnKey& k : dcqcn_keys()) list += (list.empty() ? "" : ", ") + std::string(k.name);
+  return std::string(key) + ": unknown key (known keys: " + list + ")";
+}
+
+std::string check_dcqcn(const DcqcnConfig& c) {
+  auto too_big = [&](const char* a, uint32_t va, const char* b, uint32_t vb) {
+    return std::string(a) + " (" + std::to_string(va) + ") is above " + b + " (" + std::to_string(vb) + ")";
+  };
+  if (c.min_rate_mbps > c.line_rate_mbps) return too_big("min_rate_mbps", c.min_rate_mbps, "line_rate_mbps", c.line_rate_mbps);
+  if (c.ai_rate_mbps > c.hai_rate_mbps) return too_big("ai_rate_mbps", c.ai_rate_mbps, "hai_rate_mbps", c.hai_rate_mbps);
+  if (c.hai_rate_mbps > c.line_rate_mbps) return too_big("hai_rate_mbps", c.hai_rate_mbps, "line_rate_mbps", c.line_rate_mbps);
+  return {};
+}
 
 const PortConfig* Config::find_port(std::string_view name) const {
   for (const PortConfig& p : ports) {

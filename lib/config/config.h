@@ -55,6 +55,51 @@ struct FaultConfig {
   uint64_t seed = 1;
 };
 
+// Congestion control of a port (issue 13): the DCQCN reaction point of its
+// RC/UC QPs (lib/transport/dcqcn.h) and its notification point. Defaults are
+// NVIDIA's firmware defaults. [port] dcqcn = true|false switches the reaction
+// point; [port.dcqcn_params] holds the rest (dcqcn_keys() lists them, with
+// ranges); `droce-ctl dcqcn set` changes them at run time through the same
+// checks (set_dcqcn_key, check_dcqcn).
+struct DcqcnConfig {
+  bool enabled = false;                    // [port] dcqcn
+  // Reaction point.
+  uint32_t line_rate_mbps = 100'000;       // a QP's rate before its first CNP and the most it recovers to
+  uint32_t alpha_g = 1019;                 // alpha keeps g/1024 of itself per alpha update
+  uint32_t initial_alpha = 1023;           // of 1024, on the first CNP
+  uint32_t alpha_update_period_us = 1;
+  uint32_t rate_reduce_monitor_period_us = 4;  // at most one decrease per period
+  uint32_t time_reset_us = 300;            // timer increase period
+  uint32_t byte_reset = 32767;             // byte-counter increase period, in 64-byte units (NVIDIA's rpg_byte_reset)
+  uint32_t threshold = 1;                  // fast-recovery stages (F)
+  uint32_t ai_rate_mbps = 5;               // additive increase
+  uint32_t hai_rate_mbps = 50;             // hyper increase
+  uint32_t min_rate_mbps = 1;
+  uint32_t min_dec_fac_pct = 50;           // one decrease cuts at most this share of the rate
+  // Notification point (answers CE-marked packets with CNPs when ecn is on).
+  uint32_t min_time_between_cnps_us = 4;   // per QP
+  uint32_t cnp_dscp = 48;
+  uint32_t cnp_prio = 6;                   // 802.1p priority of CNPs (tagged ports)
+
+  bool operator==(const DcqcnConfig&) const = default;
+};
+
+// One key of [port.dcqcn_params] (and of `droce-ctl dcqcn set`).
+struct DcqcnKey {
+  const char* name;
+  uint32_t DcqcnConfig::*field;
+  uint32_t lo, hi;
+  const char* help;
+};
+// Every key, in the order the example config lists them.
+const std::vector<DcqcnKey>& dcqcn_keys();
+// Sets one key after checking its range: empty, or the error text
+// ("ai_rate_mbps: 0 is out of range 1..400000", "foo: unknown key (known keys: ...)").
+std::string set_dcqcn_key(DcqcnConfig& c, std::string_view key, int64_t value);
+// Rules between keys (min_rate_mbps <= ai_rate_mbps <= line_rate_mbps, ...):
+// empty, or the error text.
+std::string check_dcqcn(const DcqcnConfig& c);
+
 struct PortConfig {
   std::string name;     // unique; referenced by [[core]] and droce-ctl
   std::string device;   // DPDK device: vdev args ("net_af_packet0,iface=veth0") or PCI address
@@ -67,7 +112,8 @@ struct PortConfig {
   std::optional<uint16_t> vlan;  // 802.1Q VLAN id 1..4094
   uint8_t vlan_pcp = 0;          // 802.1p priority 0..7 (only with vlan)
   uint8_t dscp = 0;              // DSCP of RoCEv2 packets 0..63
-  bool ecn = true;               // mark RoCEv2 packets ECN-capable (ECT(0))
+  bool ecn = true;               // mark RoCEv2 packets ECN-capable (ECT(0)); answer CE with CNPs
+  DcqcnConfig dcqcn;             // [port] dcqcn, [port.dcqcn_params]
   FaultConfig fault;
 };
 

@@ -655,6 +655,9 @@ Dataplane::Dataplane(DataplaneConfig cfg) : cfg_(std::move(cfg)) {
         if (slot == wire::Gid{}) slot = g;
       }
       ec.ecn = spec.ecn;
+      if (spec.dcqcn) apply_cc(PortCc{spec.ecn, *spec.dcqcn}, ec);
+      ps.cc = cc_of(ec);
+      if (spec.dcqcn) ps.cc.dcqcn = *spec.dcqcn;  // exactly as given (cc_of rounds)
       ec.key_seed = key_seeds[s.port];
       ec.qpn_stride = static_cast<uint32_t>(ps.cores.size());
       ec.qpn_offset = s.index;
@@ -799,6 +802,84 @@ size_t Dataplane::pick_core(uint32_t p) {
   std::lock_guard lk(ctl_mu_);
   PortState& ps = ports_.at(p);
   return ps.cores[ps.rr++ % ps.cores.size()];
+}
+
+void apply_cc(const PortCc& cc, transport::EngineConfig& ec) noexcept {
+  const config::DcqcnConfig& d = cc.dcqcn;
+  ec.ecn = cc.ecn;
+  ec.dcqcn = d.enabled;
+  ec.cnp_interval_ns = uint64_t{d.min_time_between_cnps_us} * 1000;
+  ec.cnp_dscp = static_cast<uint8_t>(d.cnp_dscp);
+  ec.cnp_prio = static_cast<uint8_t>(d.cnp_prio);
+  transport::dcqcn::Params& p = ec.dcqcn_params;
+  p.line_rate_kbps = d.line_rate_mbps * 1000;
+  p.min_rate_kbps = d.min_rate_mbps * 1000;
+  p.ai_rate_kbps = d.ai_rate_mbps * 1000;
+  p.hai_rate_kbps = d.hai_rate_mbps * 1000;
+  p.alpha_g = d.alpha_g;
+  p.initial_alpha = d.initial_alpha;
+  p.alpha_update_period_ns = uint64_t{d.alpha_update_period_us} * 1000;
+  p.rate_reduce_monitor_period_ns = uint64_t{d.rate_reduce_monitor_period_us} * 1000;
+  p.time_reset_ns = uint64_t{d.time_reset_us} * 1000;
+  p.byte_reset = uint64_t{d.byte_reset} * 64;
+  p.threshold = d.threshold;
+  p.min_dec_fac_pct = d.min_dec_fac_pct;
+}
+
+PortCc cc_of(const transport::EngineConfig& ec) noexcept {
+  PortCc cc;
+  config::DcqcnConfig& d = cc.dcqcn;
+  const transport::dcqcn::Params& p = ec.dcqcn_params;
+  auto u32 = [](uint64_t v) { return static_cast<uint32_t>(std::min<uint64_t>(v, UINT32_MAX)); };
+  cc.ecn = ec.ecn;
+  d.enabled = ec.dcqcn;
+  d.min_time_between_cnps_us = u32(ec.cnp_interval_ns / 1000);
+  d.cnp_dscp = ec.cnp_dscp;
+  d.cnp_prio = ec.cnp_prio;
+  d.line_rate_mbps = p.line_rate_kbps / 1000;
+  d.min_rate_mbps = p.min_rate_kbps / 1000;
+  d.ai_rate_mbps = p.ai_rate_kbps / 1000;
+  d.hai_rate_mbps = p.hai_rate_kbps / 1000;
+  d.alpha_g = p.alpha_g;
+  d.initial_alpha = p.initial_alpha;
+  d.alpha_update_period_us = u32(p.alpha_update_period_ns / 1000);
+  d.rate_reduce_monitor_period_us = u32(p.rate_reduce_monitor_period_ns / 1000);
+  d.time_reset_us = u32(p.time_reset_ns / 1000);
+  d.byte_reset = u32(p.byte_reset / 64);
+  d.threshold = p.threshold;
+  d.min_dec_fac_pct = p.min_dec_fac_pct;
+  return cc;
+}
+
+uint64_t Dataplane::engine_counter(uint32_t p, transport::Ctr c) const {
+  uint64_t sum = 0;
+  for (const auto& core : cores_)
+    for (const auto& s : core->slots_)
+      if (s.port == p && s.tctr) sum += s.tctr->get(c);
+  return sum;
+}
+
+PortCc Dataplane::cc(uint32_t p) const {
+  if (p >= ports_.size()) throw DataplaneError("dataplane: no port " + std::to_string(p));
+  std::lock_guard lk(ctl_mu_);
+  return ports_[p].cc;
+}
+
+void Dataplane::set_cc(uint32_t p, const PortCc& cc) {
+  if (p >= ports_.size()) throw DataplaneError("dataplane: no port " + std::to_string(p));
+  std::lock_guard lk(ctl_mu_);
+  for (size_t ci : ports_[p].cores) {
+    // By value: the core may still run it after a timeout.
+    if (!run_on(ci, [p, cc](CoreLoop& c) {
+          if (transport::Engine* e = c.engine(p)) {
+            transport::EngineConfig ec = e->config();
+            apply_cc(cc, ec);  // the engine's other reaction-point parameters stay
+            e->set_cc(ec);
+          }
+        }))
+      throw DataplaneError("dataplane: core " + std::to_string(ci) + " did not answer (set_cc)");
+  }
+  ports_[p].cc = cc;
 }
 
 bool Dataplane::run_on(size_t core, std::function<void(CoreLoop&)> fn, Ms timeout) {
@@ -1035,6 +1116,11 @@ std::vector<QpInfo> Dataplane::qps() {
           qi.sq_outstanding = q->sq.count();
           qi.rq_posted = q->rq.count();
           qi.ctr = q->ctr;
+          qi.rp_limited = q->rp.limited();
+          qi.rate_kbps = q->rp.current_kbps();
+          qi.target_kbps = q->rp.target_kbps();
+          qi.alpha = q->rp.alpha();
+          qi.rp = q->rp.counters();
           v->push_back(qi);
         }
       }

@@ -10,6 +10,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -36,6 +37,19 @@ class DataplaneError : public std::runtime_error {
 // The transport engine's counters as a lib/stats group ("transport").
 const stats::GroupDesc& transport_group();
 
+// Congestion control of a port (issue 13): ECT marking / CNPs (ecn) and the
+// DCQCN settings in the operator's units (config::DcqcnConfig).
+struct PortCc {
+  bool ecn = true;
+  config::DcqcnConfig dcqcn;
+};
+// Writes them into an engine config (ecn, cnp_*, dcqcn, dcqcn_params; the
+// reaction point's other parameters, such as burst_bytes, stay as they are).
+void apply_cc(const PortCc& cc, transport::EngineConfig& ec) noexcept;
+// The same read back from an engine config (times rounded to microseconds,
+// rates to Mb/s, byte_reset to 64-byte units).
+PortCc cc_of(const transport::EngineConfig& ec) noexcept;
+
 struct PortSpec {
   std::string name;
   dpdk::Port* port = nullptr;             // opened by the caller; outlives the Dataplane
@@ -44,6 +58,8 @@ struct PortSpec {
   stats::PerCore<stats::PortCounter>* counters = nullptr;  // nullptr: the dataplane makes its own
   uint8_t dscp = 0;
   bool ecn = true;
+  // DCQCN reaction point and CNP settings; empty: DataplaneConfig::engine's.
+  std::optional<config::DcqcnConfig> dcqcn;
 };
 
 struct CoreSpec {
@@ -226,6 +242,11 @@ struct QpInfo {
   verbs::QpState state = verbs::QpState::Reset;
   uint32_t sq_outstanding = 0, rq_posted = 0;
   transport::QpCounters ctr;
+  // DCQCN reaction point (RC/UC): rates in kb/s, alpha of 1024; limited: paced
+  // below line rate since a CNP.
+  bool rp_limited = false;
+  uint32_t rate_kbps = 0, target_kbps = 0, alpha = 0;
+  transport::dcqcn::Counters rp;
 };
 
 struct NeighInfo {
@@ -333,6 +354,16 @@ class Dataplane {
   stats::PerCore<stats::PortCounter>& port_counters(uint32_t p) { return *ports_.at(p).counters; }
   stats::PerCore<stats::CoreCounter>& core_counters() { return *core_ctr_; }
   const io::Clock& clock() const noexcept { return clock_; }
+  // A transport counter of port p summed over its engines (as of their last
+  // housekeeping, every millisecond): e.g. Ctr::CnpSent, the notification point's CNPs.
+  uint64_t engine_counter(uint32_t p, transport::Ctr c) const;
+  // Congestion control of port p (control thread): what its engines run.
+  PortCc cc(uint32_t p) const;
+  // Applies new settings on every core of port p, each engine between bursts
+  // (run_on: the core's command ring; Engine::set_cc). Throws DataplaneError
+  // for a port that does not exist or a core that does not answer in time
+  // (the cores that did answer keep the new settings).
+  void set_cc(uint32_t p, const PortCc& cc);
   // Traffic class for AHs on port p: the configured DSCP (the engine adds ECT(0)).
   uint8_t tclass(uint32_t p) const { return static_cast<uint8_t>(cfg_.ports.at(p).dscp << 2); }
 
@@ -346,6 +377,7 @@ class Dataplane {
     // Multicast MACs the device filter accepts (control thread, mcast_sync).
     std::vector<wire::MacAddr> mc_macs;
     std::unique_ptr<netstack::NetStack> stack;  // touched by the home core (cores[0]) only
+    PortCc cc;  // what the port's engines run (control thread, under ctl_mu_)
     netstack::GidTable gids;
     std::vector<rte_ring*> rings;  // rings[src * n + dst], src != dst
     std::unique_ptr<stats::PerCore<stats::PortCounter>> own_counters;
@@ -368,7 +400,7 @@ class Dataplane {
   std::vector<std::thread> threads_;   // cores on the caller's own lcore
   std::vector<unsigned> launched_;     // lcores launched with rte_eal_remote_launch
   std::atomic<uint32_t> pd_seq_{0};
-  std::mutex ctl_mu_;  // serialises control operations (run_on callers)
+  mutable std::mutex ctl_mu_;  // serialises control operations (run_on callers)
   struct MrRec {
     MrInfo info;
     std::vector<dpdk::ExtMem*> ext;  // zero-copy handle per core of the port (nullptr: copy)

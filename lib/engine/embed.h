@@ -49,6 +49,9 @@ struct EmbedOptions {
   uint16_t data_room = 0;              // mbuf data room incl. headroom, 0: from the device MTU
   uint8_t dscp = 0;
   bool ecn = true;
+  // DCQCN and CNP settings in the config file's units (config::DcqcnConfig);
+  // empty: engine.dcqcn / engine.dcqcn_params / engine.cnp_* as they are.
+  std::optional<config::DcqcnConfig> dcqcn;
   transport::EngineConfig engine;      // max_qps, max_mrs, ...
   stats::Registry* registry = nullptr;
   uint32_t link_wait_ms = 3000;        // wait this long for the link to come up
@@ -102,6 +105,10 @@ class Embedded {
   dpdk::Port& port() noexcept { return *port_; }
   config::PortFaults& faults() noexcept { return (*faults_)[0]; }
   const netstack::GidTable& gids() const { return dp_->gids(0); }
+  // Congestion control (ECN, DCQCN, CNPs) of the port, and changing it while
+  // the node runs (Dataplane::set_cc; throws DataplaneError).
+  PortCc cc() const { return dp_->cc(0); }
+  void set_cc(const PortCc& cc) { dp_->set_cc(0, cc); }
   wire::Gid gid(size_t index) const { return dp_->gids(0).at(index); }
 
   uint32_t alloc_pd() noexcept { return dp_->alloc_pd(); }

@@ -523,6 +523,20 @@ void Engine::flush_tx() noexcept {
   tx_len_ = static_cast<uint16_t>(tx_len_ - sent);
 }
 
+void Engine::set_cc(const EngineConfig& c) noexcept {
+  cfg_.ecn = c.ecn;
+  cfg_.cnp_interval_ns = c.cnp_interval_ns;
+  cfg_.cnp_dscp = c.cnp_dscp;
+  cfg_.cnp_prio = c.cnp_prio;
+  cfg_.dcqcn = c.dcqcn;
+  cfg_.dcqcn_params = c.dcqcn_params;
+  for (Qp* q : live_qps_) {
+    q->hdr.l3.tos = static_cast<uint8_t>((q->hdr.l3.tos & ~wire::kEcnMask) | (cfg_.ecn ? wire::kEcnEct0 : 0));
+    q->rp.reset(cfg_.dcqcn_params);
+    if (!q->sq.empty()) req_ready(*q);  // a QP the pacer held goes again
+  }
+}
+
 void Engine::send_cnp(Qp& q, const wire::PacketView& pkt) noexcept {
   // Notification point (annex A17.9.2): one CNP to the sending QP, rate-limited per QP.
   if (q.cnp_ever && now_ - q.last_cnp_ns < cfg_.cnp_interval_ns) {
@@ -537,7 +551,8 @@ void Engine::send_cnp(Qp& q, const wire::PacketView& pkt) noexcept {
   h.l3.ipv6 = pkt.h.l3.ipv6;
   h.l3.src = pkt.h.l3.dst;
   h.l3.dst = pkt.h.l3.src;
-  h.l3.tos = static_cast<uint8_t>(pkt.h.l3.tos & ~wire::kEcnMask);  // CNPs are not ECN-capable
+  h.l3.tos = static_cast<uint8_t>(cfg_.cnp_dscp << 2);  // CNPs are not ECN-capable
+  if (h.l2.vlan) h.l2.vlan_tci = static_cast<uint16_t>((h.l2.vlan_tci & 0x1FFF) | (cfg_.cnp_prio & 7) << 13);
   h.l4.sport = pkt.h.l4.sport;
   h.bth.opcode = wire::op::CNP;
   h.bth.resv8a = wire::kBthBecn;

@@ -129,6 +129,10 @@ struct EngineConfig {
   // until the bottleneck tests of issue 13 set the defaults.
   bool dcqcn = false;
   dcqcn::Params dcqcn_params;
+  // Notification point: DSCP and 802.1p priority (VLAN ports) of the CNPs
+  // this engine sends (NVIDIA's defaults 48 and 6).
+  uint8_t cnp_dscp = 48;
+  uint8_t cnp_prio = 6;
   uint64_t timer_scan_ns = 2'000;     // how often timers are looked at
   uint32_t timer_scan_batch = 64;     // QPs looked at per scan (round robin), bounding the cost of a poll
   // Zero-copy TX: payloads of at least this many bytes from an MR with a
@@ -242,6 +246,12 @@ class Engine {
   }
   Qp* qp(uint32_t qpn) noexcept { return qpn < qps_.size() ? qps_[qpn].get() : nullptr; }
   const EngineConfig& config() const noexcept { return cfg_; }
+  // Congestion control at run time, on the engine's thread between bursts
+  // (Dataplane::set_cc runs it through the core's command ring): takes ecn,
+  // cnp_interval_ns, cnp_dscp, cnp_prio, dcqcn and dcqcn_params from c. QPs
+  // already connected switch their ECT marking, and their reaction points
+  // restart at line rate with the new parameters.
+  void set_cc(const EngineConfig& c) noexcept;
   // The source address for packets to `dst` (same family; link-local for link-local). O(1).
   const wire::Gid& source_gid(const wire::Gid& dst) const noexcept;
   uint64_t now() const noexcept { return now_; }

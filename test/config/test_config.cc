@@ -2,6 +2,7 @@
 // is rejected with a message that names the key and the value.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -416,4 +417,71 @@ TEST_CASE("mutated configs: a ConfigError or a valid config, never anything else
   }
   CHECK(rejected > 1000);
   CHECK(ok + rejected == 3000);
+}
+
+TEST_CASE("[port] dcqcn and [port.dcqcn_params]: NVIDIA's defaults, every key read", "[config][dcqcn]") {
+  const auto& d = parse_config(kPort).ports[0].dcqcn;
+  CHECK_FALSE(d.enabled);
+  CHECK(d.alpha_g == 1019);
+  CHECK(d.initial_alpha == 1023);
+  CHECK(d.rate_reduce_monitor_period_us == 4);
+  CHECK(d.time_reset_us == 300);
+  CHECK(d.byte_reset == 32767);
+  CHECK(d.threshold == 1);
+  CHECK(d.ai_rate_mbps == 5);
+  CHECK(d.hai_rate_mbps == 50);
+  CHECK(d.min_rate_mbps == 1);
+  CHECK(d.min_dec_fac_pct == 50);
+  CHECK(d.min_time_between_cnps_us == 4);
+  CHECK(d.cnp_dscp == 48);
+  CHECK(d.cnp_prio == 6);
+
+  // Every key of the table, each set to a value other than its default.
+  std::string text = kPort + "dcqcn = true\n[port.dcqcn_params]\n";
+  droce::config::DcqcnConfig want;
+  want.enabled = true;
+  uint32_t v = 2;
+  for (const auto& k : droce::config::dcqcn_keys()) {
+    uint32_t x = std::min(std::max(k.lo, v++), k.hi);
+    if (std::string(k.name) == "line_rate_mbps") x = 10'000;
+    if (std::string(k.name) == "hai_rate_mbps") x = 100;
+    if (x == want.*k.field) x = x == k.lo ? x + 1 : x - 1;
+    want.*k.field = x;
+    text += std::string(k.name) + " = " + std::to_string(x) + "\n";
+  }
+  const auto got = parse_config(text).ports[0].dcqcn;
+  CHECK(got == want);
+  CHECK(got.enabled);
+}
+
+TEST_CASE("bad DCQCN settings name the key and the rule", "[config][dcqcn][bad]") {
+  const std::string t = kPort + "[port.dcqcn_params]\n";
+  CHECK_THAT(error_of(kPort + "dcqcn = 1\n"), Catch::Contains("port[0].dcqcn: expected a boolean, got an integer"));
+  CHECK_THAT(error_of(t + "alpha_g = 1025\n"), Catch::Contains("port[0].dcqcn_params.alpha_g: 1025 is out of range 0..1024"));
+  CHECK_THAT(error_of(t + "min_dec_fac_pct = 0\n"),
+             Catch::Contains("port[0].dcqcn_params.min_dec_fac_pct: 0 is out of range 1..100"));
+  CHECK_THAT(error_of(t + "cnp_dscp = 64\n"), Catch::Contains("port[0].dcqcn_params.cnp_dscp: 64 is out of range 0..63"));
+  CHECK_THAT(error_of(t + "cnp_prio = 8\n"), Catch::Contains("port[0].dcqcn_params.cnp_prio: 8 is out of range 0..7"));
+  CHECK_THAT(error_of(t + "time_reset_us = 0\n"), Catch::Contains("time_reset_us: 0 is out of range 1.."));
+  CHECK_THAT(error_of(t + "ai_rate_mbps = -5\n"), Catch::Contains("ai_rate_mbps: -5 is out of range 1.."));
+  CHECK_THAT(error_of(t + "ai_rate_mbps = 5.5\n"),
+             Catch::Contains("port[0].dcqcn_params.ai_rate_mbps: expected an integer, got a float"));
+  CHECK_THAT(error_of(t + "ai_rate = 5\n"),
+             Catch::Contains("port[0].dcqcn_params.ai_rate: unknown key") && Catch::Contains("ai_rate_mbps"));
+  CHECK_THAT(error_of(t + "line_rate_mbps = 1000\nmin_rate_mbps = 2000\n"),
+             Catch::Contains("port[0].dcqcn_params: min_rate_mbps (2000) is above line_rate_mbps (1000)"));
+  CHECK_THAT(error_of(t + "ai_rate_mbps = 60\n"), Catch::Contains("ai_rate_mbps (60) is above hai_rate_mbps (50)"));
+  CHECK_THAT(error_of(kPort + "dcqcn_params = 3\n"), Catch::Contains("port[0].dcqcn_params: expected a table"));
+}
+
+TEST_CASE("set_dcqcn_key / check_dcqcn: the checks `droce-ctl dcqcn set` goes through", "[config][dcqcn]") {
+  droce::config::DcqcnConfig d;
+  CHECK(droce::config::set_dcqcn_key(d, "ai_rate_mbps", 10).empty());
+  CHECK(d.ai_rate_mbps == 10);
+  CHECK(droce::config::set_dcqcn_key(d, "ai_rate_mbps", 0) == "ai_rate_mbps: 0 is out of range 1..1600000");
+  CHECK(d.ai_rate_mbps == 10);  // unchanged by a refused value
+  CHECK_THAT(droce::config::set_dcqcn_key(d, "nope", 1), Catch::StartsWith("nope: unknown key (known keys: line_rate_mbps"));
+  CHECK(droce::config::check_dcqcn(d).empty());
+  CHECK(droce::config::set_dcqcn_key(d, "min_rate_mbps", 200'000).empty());
+  CHECK(droce::config::check_dcqcn(d) == "min_rate_mbps (200000) is above line_rate_mbps (100000)");
 }

@@ -41,6 +41,9 @@ device = "net_af_packet0,iface=vd"
 mac = "02:00:0a:1e:00:02"
 ipv4 = ["10.30.0.2/24"]
 dscp = 26
+dcqcn = true
+[port.dcqcn_params]
+ai_rate_mbps = 7
 
 [[core]]
 lcore = 1
@@ -82,6 +85,17 @@ check "counters: ICMP received and answered" bash -c \
   "'$CTL' -s '$SOCK' --json counters -g port | python3 -c 'import json,sys; d=json.load(sys.stdin); g=d[\"groups\"][0]; v=dict(zip(g[\"names\"], g[\"instances\"][0][\"values\"])); sys.exit(0 if v[\"rx_icmp\"] >= 3 and v[\"tx_icmp\"] >= 3 else 1)'"
 check "counters: core loop polling" bash -c "'$CTL' -s '$SOCK' counters -g core | grep -q polls"
 check "droce-ctl qps / mrs answer" bash -c "'$CTL' -s '$SOCK' --json qps && '$CTL' -s '$SOCK' --json mrs"
+# Congestion control: the config's [port] dcqcn / [port.dcqcn_params], changed at run time.
+dcqcn_is() {  # dcqcn_is PYTHON_CONDITION on d (the port's settings)
+  "$CTL" -s "$SOCK" --json dcqcn get -p vd | python3 -c "import json,sys; d=json.load(sys.stdin)['vd']; sys.exit(0 if ($1) else 1)"
+}
+check "dcqcn get shows the config (dcqcn on, ai 7, NVIDIA defaults)" dcqcn_is "d['dcqcn'] and d['ecn'] and d['ai_rate_mbps'] == 7 and d['hai_rate_mbps'] == 50 and d['min_time_between_cnps_us'] == 4 and d['cnp_dscp'] == 48 and d['cnp_prio'] == 6 and d['cnp_sent'] == 0"
+check "dcqcn set changes a port at run time" "$CTL" -s "$SOCK" dcqcn set -p vd --dcqcn off --ai_rate_mbps 9 --cnp_dscp 40
+check "dcqcn get shows the new settings" dcqcn_is "not d['dcqcn'] and d['ai_rate_mbps'] == 9 and d['cnp_dscp'] == 40 and d['alpha_g'] == 1019"
+check "dcqcn set refuses a value out of range" bash -c "! '$CTL' -s '$SOCK' dcqcn set -p vd --alpha_g 2000 && '$CTL' -s '$SOCK' dcqcn set -p vd --alpha_g 2000 2>&1 | grep -q 'alpha_g: 2000 is out of range 0..1024'"
+check "dcqcn set refuses inconsistent rates" bash -c "'$CTL' -s '$SOCK' dcqcn set -p vd --min_rate_mbps 200000 2>&1 | grep -q 'min_rate_mbps (200000) is above line_rate_mbps (100000)'"
+check "dcqcn set refuses an unknown key and port" bash -c "'$CTL' -s '$SOCK' call 'dcqcn set' '{\"port\": \"vd\", \"foo\": 1}' 2>&1 | grep -q 'foo: unknown key' && '$CTL' -s '$SOCK' dcqcn set -p nope --ecn off 2>&1 | grep -q \"no port 'nope'\""
+check "dcqcn settings unchanged by refused requests" dcqcn_is "d['ai_rate_mbps'] == 9 and d['alpha_g'] == 1019 and d['min_rate_mbps'] == 1"
 if [ -n "${3:-}" ]; then
   # Debian's rping as a server through the drop-in librdmacm: droce-ctl cm
   # lists its listener (the agent's on droce0 and the shim's id); it goes

@@ -512,6 +512,62 @@ TEST_CASE("protocol: ECN CE mark makes a CNP rate-limited per QP", "[protocol][e
   CHECK(p.q().ctr.cnp_received == 1);
 }
 
+TEST_CASE("protocol: CNP DSCP, CNP interval, ECT and DCQCN changed at run time by set_cc", "[protocol][ecn]") {
+  Proto p;
+  std::vector<uint8_t> data(64, 1);
+  auto w = p.hdr(wire::op::RC_WRITE_ONLY, kRqPsn);
+  w.ext.reth = {p.mem->addr(), p.mem->key, 64};
+  w.l3.tos = wire::kEcnCe;
+  auto cnp_of = [&](const std::vector<Frame>& out) -> const Frame* {
+    for (auto& f : out)
+      if (f.v.h.bth.opcode == wire::op::CNP) return &f;
+    return nullptr;
+  };
+  p.send(w, data);
+  auto out = p.run(1000);
+  const Frame* cnp = cnp_of(out);
+  REQUIRE(cnp);
+  CHECK(cnp->v.h.l3.tos == 48 << 2);  // NVIDIA's CNP DSCP, not ECN-capable
+  CHECK((p.q().hdr.l3.tos & wire::kEcnMask) == wire::kEcnEct0);
+
+  // A CNP to the DUT with DCQCN on limits its QP's rate.
+  transport::EngineConfig c = p.dut.eng->config();
+  c.dcqcn = true;
+  p.dut.eng->set_cc(c);
+  auto n = p.hdr(wire::op::CNP, 0, false);
+  n.bth.resv8a = wire::kBthBecn;
+  p.send(n);
+  p.run(1000);
+  CHECK(p.q().rp.limited());
+  CHECK(p.q().rp.counters().cnps == 1);
+
+  c.ecn = false;
+  c.cnp_dscp = 10;
+  c.cnp_interval_ns = 1'000;
+  c.dcqcn_params.ai_rate_kbps = 7'000;
+  p.dut.eng->set_cc(c);
+  CHECK(p.dut.eng->config().cnp_dscp == 10);
+  CHECK((p.q().hdr.l3.tos & wire::kEcnMask) == wire::kEcnNotEct);  // the connected QP's template follows
+  CHECK_FALSE(p.q().rp.limited());                                  // its reaction point restarted
+  CHECK(p.q().rp.params().ai_rate_kbps == 7'000);
+  // ecn off: CE is still counted but answered with no CNP.
+  w.bth.psn = kRqPsn + 1;
+  p.send(w, data);
+  out = p.run(2000);
+  CHECK_FALSE(cnp_of(out));
+  CHECK(p.dut.eng->counter(Ctr::CeReceived) == 2);
+  // ecn on again: the new DSCP, and the 1 us interval instead of 50 us.
+  c.ecn = true;
+  p.dut.eng->set_cc(c);
+  w.bth.psn = kRqPsn + 2;
+  p.send(w, data);
+  out = p.run(2000);
+  cnp = cnp_of(out);
+  REQUIRE(cnp);
+  CHECK(cnp->v.h.l3.tos == 10 << 2);
+  CHECK(p.dut.eng->counter(Ctr::CnpSent) == 2);
+}
+
 TEST_CASE("protocol: UC drops a message with a PSN gap and resyncs", "[protocol][uc]") {
   Proto p(QpType::UC);
   auto& rb = p.dut.buffer(8192);
