@@ -2,7 +2,7 @@
 // 64-byte RC WRITE and SEND messages/s, 64 KiB RC WRITE GB/s, next to the
 // link's raw forwarding rate (alloc + 64-byte frame copy + tx + rx + free, no
 // transport) measured in the same run.
-// Release build: build/test/bench/bench_transport [seconds-per-case]
+// Release build: build/test/bench/bench_transport [seconds-per-case] [idle-QPs, default 1000000]
 #include <malloc.h>
 #include <algorithm>
 #include <chrono>
@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "memlink/memlink.h"
@@ -276,10 +277,10 @@ int main(int argc, char** argv) {
               " with its ICRC, the floor every message pays whatever the transport does)\n");
   std::printf("frames on the link per 64 B message (request + coalesced ACKs): WRITE %.2f, SEND %.2f\n", w64_fpm,
               s64_fpm);
-  const uint32_t nqp = 100'000;
-  std::printf("%-38s %14.0f %14d %10.2f\n", "memory per idle RC QP (bytes, 100k QPs)", idle_qp_bytes(nqp), 2048,
-              idle_qp_bytes(nqp) / 2048);
-  std::printf("(baseline: issue 12's goal of 2 KiB per idle QP; heap growth of an engine with 100k QPs in INIT,\n"
+  const uint32_t nqp = argc > 2 ? static_cast<uint32_t>(std::atol(argv[2])) : 1'000'000;
+  const double idle = idle_qp_bytes(nqp);
+  std::printf("%-38s %14.0f %14d %10.2f\n", ("memory per idle RC QP (bytes, " + std::to_string(nqp) + " QPs)").c_str(), idle, 2048, idle / 2048);
+  std::printf("(baseline: issue 12's goal of 2 KiB per idle QP; heap growth of an engine with that many QPs in INIT,\n"
               " one send and one receive WR each, over the QP count)\n");
   return 0;
 }
