@@ -106,10 +106,11 @@ int main(int argc, char** argv) {
   auto* dset = dcqcn->add_subcommand(
       "set", "change one port's settings while droced runs (the poll cores apply them between bursts; "
              "connected QPs restart at line rate with the new parameters)");
-  std::string dsport, d_on, d_ecn;
+  std::string dsport, d_on, d_ecn, d_cnp;
   dset->add_option("-p,--port", dsport, "port name")->required();
   dset->add_option("--dcqcn", d_on, "DCQCN rate control of RC/UC QPs: on or off")->check(CLI::IsMember({"on", "off"}));
-  dset->add_option("--ecn", d_ecn, "ECT(0) marking of data packets and CNPs for CE: on or off")
+  dset->add_option("--ecn", d_ecn, "ECT(0) marking of data packets: on or off")->check(CLI::IsMember({"on", "off"}));
+  dset->add_option("--cnp", d_cnp, "CNPs for CE-marked packets (notification point): on or off")
       ->check(CLI::IsMember({"on", "off"}));
   const auto& keys = droce::config::dcqcn_keys();
   std::vector<std::optional<int64_t>> key_vals(keys.size());
@@ -123,6 +124,7 @@ int main(int argc, char** argv) {
     args["port"] = dsport;
     if (!d_on.empty()) args["dcqcn"] = d_on == "on";
     if (!d_ecn.empty()) args["ecn"] = d_ecn == "on";
+    if (!d_cnp.empty()) args["cnp"] = d_cnp == "on";
     for (size_t i = 0; i < keys.size(); ++i)
       if (key_vals[i]) args[keys[i].name] = *key_vals[i];
   });

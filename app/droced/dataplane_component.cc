@@ -19,7 +19,7 @@ DataplaneComponent::DataplaneComponent(DaemonContext& ctx, ControlComponent& con
   control.server().add("dcqcn get", "congestion control per port: ecn, dcqcn, its parameters, CNPs (args: port)",
                        [this](const json& a) { return dcqcn_get(a); });
   control.server().add("dcqcn set",
-                       "change congestion control of a port at run time (args: port, dcqcn, ecn, and any "
+                       "change congestion control of a port at run time (args: port, dcqcn, ecn, cnp, and any "
                        "[port.dcqcn_params] key)",
                        [this](const json& a) { return dcqcn_set(a); });
 }
@@ -79,6 +79,7 @@ void DataplaneComponent::start() {
     ps.counters = p < ctx_.port_counters.size() ? ctx_.port_counters[p].get() : nullptr;
     ps.dscp = pcfg.dscp;
     ps.ecn = pcfg.ecn;
+    ps.cnp = pcfg.cnp;
     ps.dcqcn = pcfg.dcqcn;
     dc.ports.push_back(std::move(ps));
     spdlog::info("dataplane: port {} = {} ({}), mac {}, {} rx / {} tx queue(s)", pcfg.name, pcfg.device,
@@ -185,6 +186,7 @@ json DataplaneComponent::cc_json(uint32_t p) const {
   const engine::PortCc cc = dp().cc(p);
   json o = json::object();
   o["ecn"] = cc.ecn;
+  o["cnp"] = cc.cnp;
   o["dcqcn"] = cc.dcqcn.enabled;
   for (const config::DcqcnKey& k : config::dcqcn_keys()) o[k.name] = cc.dcqcn.*k.field;
   o["cnp_sent"] = dp().engine_counter(p, transport::Ctr::CnpSent);
@@ -211,9 +213,9 @@ json DataplaneComponent::dcqcn_set(const json& args) {
   for (const auto& [k, v] : args.items()) {
     if (k == "port") continue;
     any = true;
-    if (k == "dcqcn" || k == "ecn") {
+    if (k == "dcqcn" || k == "ecn" || k == "cnp") {
       if (!v.is_boolean()) throw CommandError("dcqcn set: " + k + " must be true or false, not " + v.dump());
-      (k == "dcqcn" ? cc.dcqcn.enabled : cc.ecn) = v.get<bool>();
+      (k == "dcqcn" ? cc.dcqcn.enabled : k == "ecn" ? cc.ecn : cc.cnp) = v.get<bool>();
       continue;
     }
     if (!v.is_number_integer())

@@ -331,6 +331,7 @@ PortConfig read_port(Reader& r) {
   if (p.vlan_pcp != 0 && !p.vlan) r.fail_key("vlan_pcp", "is set but vlan is not");
   r.integer_into("dscp", p.dscp, 0, 63);
   r.boolean_into("ecn", p.ecn);
+  r.boolean_into("cnp", p.cnp);
   r.boolean_into("dcqcn", p.dcqcn.enabled);
   if (const toml::table* t = r.table("dcqcn_params")) {
     Reader dr(r.src(), *t, r.key_path("dcqcn_params"));

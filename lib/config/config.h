@@ -76,7 +76,7 @@ struct DcqcnConfig {
   uint32_t hai_rate_mbps = 50;             // hyper increase
   uint32_t min_rate_mbps = 1;
   uint32_t min_dec_fac_pct = 50;           // one decrease cuts at most this share of the rate
-  // Notification point (answers CE-marked packets with CNPs when ecn is on).
+  // Notification point (answers CE-marked packets with CNPs when [port] cnp is on).
   uint32_t min_time_between_cnps_us = 4;   // per QP
   uint32_t cnp_dscp = 48;
   uint32_t cnp_prio = 6;                   // 802.1p priority of CNPs (tagged ports)
@@ -112,7 +112,8 @@ struct PortConfig {
   std::optional<uint16_t> vlan;  // 802.1Q VLAN id 1..4094
   uint8_t vlan_pcp = 0;          // 802.1p priority 0..7 (only with vlan)
   uint8_t dscp = 0;              // DSCP of RoCEv2 packets 0..63
-  bool ecn = true;               // mark RoCEv2 packets ECN-capable (ECT(0)); answer CE with CNPs
+  bool ecn = true;               // mark RoCEv2 data packets ECN-capable (ECT(0))
+  bool cnp = true;               // answer CE-marked packets with CNPs (notification point)
   DcqcnConfig dcqcn;             // [port] dcqcn, [port.dcqcn_params]
   FaultConfig fault;
 };

@@ -655,7 +655,8 @@ Dataplane::Dataplane(DataplaneConfig cfg) : cfg_(std::move(cfg)) {
         if (slot == wire::Gid{}) slot = g;
       }
       ec.ecn = spec.ecn;
-      if (spec.dcqcn) apply_cc(PortCc{spec.ecn, *spec.dcqcn}, ec);
+      ec.cnp = spec.cnp;
+      if (spec.dcqcn) apply_cc(PortCc{spec.ecn, spec.cnp, *spec.dcqcn}, ec);
       ps.cc = cc_of(ec);
       if (spec.dcqcn) ps.cc.dcqcn = *spec.dcqcn;  // exactly as given (cc_of rounds)
       ec.key_seed = key_seeds[s.port];
@@ -807,6 +808,7 @@ size_t Dataplane::pick_core(uint32_t p) {
 void apply_cc(const PortCc& cc, transport::EngineConfig& ec) noexcept {
   const config::DcqcnConfig& d = cc.dcqcn;
   ec.ecn = cc.ecn;
+  ec.cnp = cc.cnp;
   ec.dcqcn = d.enabled;
   ec.cnp_interval_ns = uint64_t{d.min_time_between_cnps_us} * 1000;
   ec.cnp_dscp = static_cast<uint8_t>(d.cnp_dscp);
@@ -832,6 +834,7 @@ PortCc cc_of(const transport::EngineConfig& ec) noexcept {
   const transport::dcqcn::Params& p = ec.dcqcn_params;
   auto u32 = [](uint64_t v) { return static_cast<uint32_t>(std::min<uint64_t>(v, UINT32_MAX)); };
   cc.ecn = ec.ecn;
+  cc.cnp = ec.cnp;
   d.enabled = ec.dcqcn;
   d.min_time_between_cnps_us = u32(ec.cnp_interval_ns / 1000);
   d.cnp_dscp = ec.cnp_dscp;

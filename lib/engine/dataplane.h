@@ -37,13 +37,15 @@ class DataplaneError : public std::runtime_error {
 // The transport engine's counters as a lib/stats group ("transport").
 const stats::GroupDesc& transport_group();
 
-// Congestion control of a port (issue 13): ECT marking / CNPs (ecn) and the
-// DCQCN settings in the operator's units (config::DcqcnConfig).
+// Congestion control of a port (issue 13): ECT marking of data packets (ecn),
+// CNPs for CE (cnp), and the DCQCN settings in the operator's units
+// (config::DcqcnConfig).
 struct PortCc {
   bool ecn = true;
+  bool cnp = true;
   config::DcqcnConfig dcqcn;
 };
-// Writes them into an engine config (ecn, cnp_*, dcqcn, dcqcn_params; the
+// Writes them into an engine config (ecn, cnp, cnp_*, dcqcn, dcqcn_params; the
 // reaction point's other parameters, such as burst_bytes, stay as they are).
 void apply_cc(const PortCc& cc, transport::EngineConfig& ec) noexcept;
 // The same read back from an engine config (times rounded to microseconds,
@@ -58,6 +60,7 @@ struct PortSpec {
   stats::PerCore<stats::PortCounter>* counters = nullptr;  // nullptr: the dataplane makes its own
   uint8_t dscp = 0;
   bool ecn = true;
+  bool cnp = true;  // answer CE with CNPs
   // DCQCN reaction point and CNP settings; empty: DataplaneConfig::engine's.
   std::optional<config::DcqcnConfig> dcqcn;
 };

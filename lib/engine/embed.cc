@@ -58,6 +58,7 @@ Embedded::Embedded(const EmbedOptions& o) {
   ps.faults = &(*faults_)[0];
   ps.dscp = o.dscp;
   ps.ecn = o.ecn;
+  ps.cnp = o.cnp;
   ps.dcqcn = o.dcqcn;
   dc.ports.push_back(std::move(ps));
   for (uint16_t q = 0; q < o.queues; ++q) {

@@ -49,6 +49,7 @@ struct EmbedOptions {
   uint16_t data_room = 0;              // mbuf data room incl. headroom, 0: from the device MTU
   uint8_t dscp = 0;
   bool ecn = true;
+  bool cnp = true;
   // DCQCN and CNP settings in the config file's units (config::DcqcnConfig);
   // empty: engine.dcqcn / engine.dcqcn_params / engine.cnp_* as they are.
   std::optional<config::DcqcnConfig> dcqcn;

@@ -51,6 +51,7 @@ TEST_CASE("minimal config gets the documented defaults", "[config]") {
   CHECK_FALSE(p.vlan.has_value());
   CHECK(p.dscp == 0);
   CHECK(p.ecn);
+  CHECK(p.cnp);
   CHECK_FALSE(p.fault.rx.any());
   CHECK_FALSE(p.fault.tx.any());
   CHECK(c.roce.path_mtu == 1024);
@@ -449,6 +450,7 @@ TEST_CASE("[port] dcqcn and [port.dcqcn_params]: NVIDIA's defaults, every key re
     want.*k.field = x;
     text += std::string(k.name) + " = " + std::to_string(x) + "\n";
   }
+  CHECK_FALSE(parse_config(kPort + "cnp = false\n").ports[0].cnp);
   const auto got = parse_config(text).ports[0].dcqcn;
   CHECK(got == want);
   CHECK(got.enabled);

@@ -89,7 +89,7 @@ check "droce-ctl qps / mrs answer" bash -c "'$CTL' -s '$SOCK' --json qps && '$CT
 dcqcn_is() {  # dcqcn_is PYTHON_CONDITION on d (the port's settings)
   "$CTL" -s "$SOCK" --json dcqcn get -p vd | python3 -c "import json,sys; d=json.load(sys.stdin)['vd']; sys.exit(0 if ($1) else 1)"
 }
-check "dcqcn get shows the config (dcqcn on, ai 7, NVIDIA defaults)" dcqcn_is "d['dcqcn'] and d['ecn'] and d['ai_rate_mbps'] == 7 and d['hai_rate_mbps'] == 50 and d['min_time_between_cnps_us'] == 4 and d['cnp_dscp'] == 48 and d['cnp_prio'] == 6 and d['cnp_sent'] == 0"
+check "dcqcn get shows the config (dcqcn on, ai 7, NVIDIA defaults)" dcqcn_is "d['dcqcn'] and d['ecn'] and d['cnp'] and d['ai_rate_mbps'] == 7 and d['hai_rate_mbps'] == 50 and d['min_time_between_cnps_us'] == 4 and d['cnp_dscp'] == 48 and d['cnp_prio'] == 6 and d['cnp_sent'] == 0"
 check "dcqcn set changes a port at run time" "$CTL" -s "$SOCK" dcqcn set -p vd --dcqcn off --ai_rate_mbps 9 --cnp_dscp 40
 check "dcqcn get shows the new settings" dcqcn_is "not d['dcqcn'] and d['ai_rate_mbps'] == 9 and d['cnp_dscp'] == 40 and d['alpha_g'] == 1019"
 check "dcqcn set refuses a value out of range" bash -c "! '$CTL' -s '$SOCK' dcqcn set -p vd --alpha_g 2000 && '$CTL' -s '$SOCK' dcqcn set -p vd --alpha_g 2000 2>&1 | grep -q 'alpha_g: 2000 is out of range 0..1024'"

@@ -512,60 +512,80 @@ TEST_CASE("protocol: ECN CE mark makes a CNP rate-limited per QP", "[protocol][e
   CHECK(p.q().ctr.cnp_received == 1);
 }
 
-TEST_CASE("protocol: CNP DSCP, CNP interval, ECT and DCQCN changed at run time by set_cc", "[protocol][ecn]") {
+// The notification point as NVIDIA's roce_np defaults it: at most one CNP per
+// QP per min_time_between_cnps (4 us), DSCP 48, priority 6 on a VLAN, Not-ECT.
+TEST_CASE("protocol: notification point one CNP per QP per min_time_between_cnps with its DSCP and priority",
+          "[protocol][ecn]") {
+  EngineConfig defaults;
+  CHECK(defaults.cnp_interval_ns == 4'000);
+  CHECK(defaults.cnp_dscp == 48);
+  CHECK(defaults.cnp_prio == 6);
+  CHECK(defaults.ecn);
+  CHECK(defaults.cnp);
   Proto p;
   std::vector<uint8_t> data(64, 1);
-  auto w = p.hdr(wire::op::RC_WRITE_ONLY, kRqPsn);
+  auto w = p.hdr(wire::op::RC_WRITE_ONLY, kRqPsn, false);
   w.ext.reth = {p.mem->addr(), p.mem->key, 64};
   w.l3.tos = wire::kEcnCe;
-  auto cnp_of = [&](const std::vector<Frame>& out) -> const Frame* {
-    for (auto& f : out)
-      if (f.v.h.bth.opcode == wire::op::CNP) return &f;
-    return nullptr;
-  };
-  p.send(w, data);
-  auto out = p.run(1000);
-  const Frame* cnp = cnp_of(out);
-  REQUIRE(cnp);
-  CHECK(cnp->v.h.l3.tos == 48 << 2);  // NVIDIA's CNP DSCP, not ECN-capable
-  CHECK((p.q().hdr.l3.tos & wire::kEcnMask) == wire::kEcnEct0);
+  w.l2.vlan = true;
+  w.l2.vlan_tci = 5;  // VID 5, PCP 0
+  // A CE-marked packet every 500 ns for 20 us: CNPs at 0, 4, 8, 12, 16 us.
+  const uint64_t t0 = p.clock.now_ns();
+  std::vector<uint64_t> at;
+  for (uint32_t i = 0; i < 40; ++i) {
+    w.bth.psn = kRqPsn + i;
+    p.send(w, data);
+    for (const Frame& f : p.run(0, 1)) {
+      if (f.v.h.bth.opcode != wire::op::CNP) continue;
+      at.push_back(p.clock.now_ns() - t0);
+      CHECK(f.v.h.l3.tos == (48 << 2));  // DSCP 48, Not-ECT
+      CHECK(f.v.h.l2.vlan);
+      CHECK(f.v.h.l2.vlan_tci == ((6 << 13) | 5));
+      CHECK(f.v.h.bth.dqpn == kPeerQpn);
+    }
+    p.clock.advance(500);
+  }
+  CHECK(at == std::vector<uint64_t>{0, 4'000, 8'000, 12'000, 16'000});
+  CHECK(p.dut.eng->counter(Ctr::CeReceived) == 40);
+  CHECK(p.dut.eng->counter(Ctr::CnpSent) == 5);
+  CHECK(p.dut.eng->counter(Ctr::CnpSuppressed) == 35);
+  CHECK(p.q().ctr.cnp_sent == 5);
+}
 
-  // A CNP to the DUT with DCQCN on limits its QP's rate.
-  transport::EngineConfig c = p.dut.eng->config();
-  c.dcqcn = true;
-  p.dut.eng->set_cc(c);
-  auto n = p.hdr(wire::op::CNP, 0, false);
-  n.bth.resv8a = wire::kBthBecn;
-  p.send(n);
-  p.run(1000);
-  CHECK(p.q().rp.limited());
-  CHECK(p.q().rp.counters().cnps == 1);
-
-  c.ecn = false;
-  c.cnp_dscp = 10;
-  c.cnp_interval_ns = 1'000;
-  c.dcqcn_params.ai_rate_kbps = 7'000;
-  p.dut.eng->set_cc(c);
-  CHECK(p.dut.eng->config().cnp_dscp == 10);
-  CHECK((p.q().hdr.l3.tos & wire::kEcnMask) == wire::kEcnNotEct);  // the connected QP's template follows
-  CHECK_FALSE(p.q().rp.limited());                                  // its reaction point restarted
-  CHECK(p.q().rp.params().ai_rate_kbps == 7'000);
-  // ecn off: CE is still counted but answered with no CNP.
-  w.bth.psn = kRqPsn + 1;
-  p.send(w, data);
-  out = p.run(2000);
-  CHECK_FALSE(cnp_of(out));
-  CHECK(p.dut.eng->counter(Ctr::CeReceived) == 2);
-  // ecn on again: the new DSCP, and the 1 us interval instead of 50 us.
-  c.ecn = true;
-  p.dut.eng->set_cc(c);
-  w.bth.psn = kRqPsn + 2;
-  p.send(w, data);
-  out = p.run(2000);
-  cnp = cnp_of(out);
-  REQUIRE(cnp);
-  CHECK(cnp->v.h.l3.tos == 10 << 2);
-  CHECK(p.dut.eng->counter(Ctr::CnpSent) == 2);
+TEST_CASE("protocol: ECT marking and CNPs are each configurable", "[protocol][ecn]") {
+  for (const bool ecn : {true, false}) {
+    for (const bool cnp : {true, false}) {
+      EngineConfig cfg;
+      cfg.ecn = ecn;
+      cfg.cnp = cnp;
+      cfg.cnp_dscp = 26;
+      Proto p(QpType::RC, {}, cfg);
+      std::vector<uint8_t> data(64, 1);
+      auto w = p.hdr(wire::op::RC_WRITE_ONLY, kRqPsn);
+      w.ext.reth = {p.mem->addr(), p.mem->key, 64};
+      w.l3.tos = wire::kEcnCe | (10 << 2);
+      p.send(w, data);
+      const auto out = p.run(1000);
+      const Frame* ack = nullptr;
+      const Frame* cn = nullptr;
+      for (auto& f : out) (f.v.h.bth.opcode == wire::op::CNP ? cn : ack) = &f;
+      REQUIRE(ack);
+      CHECK(ack->v.h.bth.opcode == wire::op::RC_ACKNOWLEDGE);
+      CHECK(ack->v.h.l3.ecn() == (ecn ? wire::kEcnEct0 : wire::kEcnNotEct));
+      CHECK(p.dut.eng->counter(Ctr::CeReceived) == 1);
+      CHECK((cn != nullptr) == cnp);
+      if (cn) CHECK(cn->v.h.l3.tos == (26 << 2));
+      // The DUT's own requests: ECT(0) or Not-ECT likewise.
+      auto& src = p.dut.buffer(64);
+      SendWr wr = make_wr(1, WrOpcode::RdmaWrite, src, 0, 64);
+      wr.rdma = {0x1000, 0x1234};
+      REQUIRE(p.dut.eng->post_send(p.qpn, wr) == 0);
+      const auto req = p.run(1000);
+      REQUIRE(req.size() == 1);
+      CHECK(req[0].v.h.bth.opcode == wire::op::RC_WRITE_ONLY);
+      CHECK(req[0].v.h.l3.ecn() == (ecn ? wire::kEcnEct0 : wire::kEcnNotEct));
+    }
+  }
 }
 
 TEST_CASE("protocol: UC drops a message with a PSN gap and resyncs", "[protocol][uc]") {
@@ -865,4 +885,62 @@ TEST_CASE("protocol: new atomic reuses a resource busy only replaying a duplicat
   CHECK(out.back().v.h.ext.aeth.syndrome == (wire::kAethNak | wire::kNakInvalidRequest));
   CHECK(out.back().v.h.bth.psn == kRqPsn + 9);
   CHECK(p.q().state == QpState::Err);
+}
+
+TEST_CASE("protocol: CNP DSCP, CNP interval, ECT and DCQCN changed at run time by set_cc", "[protocol][ecn]") {
+  Proto p;
+  std::vector<uint8_t> data(64, 1);
+  auto w = p.hdr(wire::op::RC_WRITE_ONLY, kRqPsn);
+  w.ext.reth = {p.mem->addr(), p.mem->key, 64};
+  w.l3.tos = wire::kEcnCe;
+  auto cnp_of = [&](const std::vector<Frame>& out) -> const Frame* {
+    for (auto& f : out)
+      if (f.v.h.bth.opcode == wire::op::CNP) return &f;
+    return nullptr;
+  };
+  p.send(w, data);
+  auto out = p.run(1000);
+  const Frame* cnp = cnp_of(out);
+  REQUIRE(cnp);
+  CHECK(cnp->v.h.l3.tos == 48 << 2);  // NVIDIA's CNP DSCP, not ECN-capable
+  CHECK((p.q().hdr.l3.tos & wire::kEcnMask) == wire::kEcnEct0);
+
+  // A CNP to the DUT with DCQCN on limits its QP's rate.
+  transport::EngineConfig c = p.dut.eng->config();
+  c.dcqcn = true;
+  p.dut.eng->set_cc(c);
+  auto n = p.hdr(wire::op::CNP, 0, false);
+  n.bth.resv8a = wire::kBthBecn;
+  p.send(n);
+  p.run(1000);
+  CHECK(p.q().rp.limited());
+  CHECK(p.q().rp.counters().cnps == 1);
+
+  c.ecn = false;  // data packets Not-ECT
+  c.cnp_dscp = 10;
+  c.cnp_interval_ns = 1'000;
+  c.dcqcn_params.ai_rate_kbps = 7'000;
+  p.dut.eng->set_cc(c);
+  CHECK(p.dut.eng->config().cnp_dscp == 10);
+  CHECK((p.q().hdr.l3.tos & wire::kEcnMask) == wire::kEcnNotEct);  // the connected QP's template follows
+  CHECK_FALSE(p.q().rp.limited());                                  // its reaction point restarted
+  CHECK(p.q().rp.params().ai_rate_kbps == 7'000);
+  // cnp off: CE is still counted but answered with no CNP.
+  c.cnp = false;
+  p.dut.eng->set_cc(c);
+  w.bth.psn = kRqPsn + 1;
+  p.send(w, data);
+  out = p.run(2000);
+  CHECK_FALSE(cnp_of(out));
+  CHECK(p.dut.eng->counter(Ctr::CeReceived) == 2);
+  // cnp on again: the new DSCP, and the 1 us interval instead of 4 us.
+  c.cnp = true;
+  p.dut.eng->set_cc(c);
+  w.bth.psn = kRqPsn + 2;
+  p.send(w, data);
+  out = p.run(2000);
+  cnp = cnp_of(out);
+  REQUIRE(cnp);
+  CHECK(cnp->v.h.l3.tos == 10 << 2);
+  CHECK(p.dut.eng->counter(Ctr::CnpSent) == 2);
 }
