@@ -37,6 +37,7 @@
 #include "engine/embed.h"
 #include "engine/node_cli.h"
 #include "netstack/gid_table.h"
+#include "stats/fairness.h"
 
 using namespace droce;
 using verbs::QpType;
@@ -66,6 +67,10 @@ struct Opts {
   uint32_t max_size = 0;  // sizes up to this with -a
   uint32_t window = 64;
   uint32_t zero_copy_min = transport::EngineConfig{}.zero_copy_min;
+  bool dcqcn = false;
+  uint32_t dcqcn_line_rate_mbps = 0;  // 0: the config default
+  fault::Bottleneck bn;               // TX bottleneck of this node (fault injector)
+  double bn_gbps = 0;
 };
 
 // ---------------------------------------------------------------- data pattern
@@ -367,6 +372,7 @@ verbs::SendWr make_wr(Side& s, size_t qi, Verb v, uint32_t slot, uint32_t rslot,
 struct Result {
   uint64_t msgs = 0;
   double secs = 0;
+  std::vector<double> qp_secs;  // bandwidth runs: each QP's time to its last completion
   std::vector<double> lat_us;
   uint64_t errors = 0;
 };
@@ -376,7 +382,7 @@ Result run_bw(Side& s, const Params& p, uint32_t size, uint64_t iters, double du
   engine::Embedded& n = *s.node;
   Result r;
   const uint32_t depth = std::min(p.depth, s.slots);
-  std::vector<uint64_t> posted(s.q.size(), 0), done(s.q.size(), 0);
+  std::vector<uint64_t> posted(s.q.size(), 0), done(s.q.size(), 0), last_tsc(s.q.size(), 0);
   std::vector<std::vector<bool>> seen(s.q.size());  // atomic: returned values
   std::vector<verbs::Wc> wcs;
   // One work request per QP and slot, built once; a post only sets its wr_id
@@ -438,6 +444,7 @@ Result run_bw(Side& s, const Params& p, uint32_t size, uint64_t iters, double du
           }
         }
         ++done[qi];
+        last_tsc[qi] = now;
         last_progress = now;
       }
     }
@@ -449,6 +456,7 @@ Result run_bw(Side& s, const Params& p, uint32_t size, uint64_t iters, double du
   }
   r.secs = static_cast<double>(rte_rdtsc() - t0) / static_cast<double>(hz);
   for (size_t qi = 0; qi < s.q.size(); ++qi) {
+    r.qp_secs.push_back(last_tsc[qi] > t0 ? static_cast<double>(last_tsc[qi] - t0) / static_cast<double>(hz) : 0.0);
     r.msgs += done[qi];
     count[qi] = done[qi];
     if (p.verb == Verb::Atomic && p.atomic_op == "FETCH_AND_ADD") {
@@ -654,6 +662,20 @@ void print_bw(uint32_t size, const Result& r, bool gbits, bool ok) {
   std::printf(" %-10u %-14lu %-20.3f %-15.6f %s\n", size, static_cast<unsigned long>(r.msgs), bw,
               static_cast<double>(r.msgs) / r.secs / 1e6, ok ? "ok" : "FAILED");
 }
+// Multi-QP bandwidth runs: each QP's throughput (its messages over the time to
+// its last completion) and Jain's fairness index over them.
+void print_per_qp(const Side& s, uint32_t size, const Result& r, const std::vector<uint64_t>& count) {
+  if (s.q.size() < 2 || r.qp_secs.size() != s.q.size()) return;
+  std::vector<double> gbps;
+  std::printf(" per-QP BW[Gb/sec]:");
+  for (size_t qi = 0; qi < s.q.size(); ++qi) {
+    const double secs = r.qp_secs[qi];
+    gbps.push_back(secs > 0 ? static_cast<double>(count[qi]) * size * 8 / secs / 1e9 : 0.0);
+    std::printf(" qp%zu(0x%x) %.3f", qi, s.q[qi].h.qpn, gbps.back());
+  }
+  std::printf("\n Jain's fairness index: %.4f over %zu QPs\n", stats::jain_index(gbps), gbps.size());
+}
+
 void print_lat_header() {
   std::printf("---------------------------------------------------------------------------------------\n");
   std::printf(" #bytes #iterations  t_min[usec]  t_max[usec]  t_typical[usec]  t_avg[usec]  99%%[usec]  99.9%%[usec]  verified\n");
@@ -826,6 +848,14 @@ engine::EmbedOptions embed_options(const Opts& o, const std::vector<std::string>
   e.engine.timer_scan_ns = 20'000;
   e.engine.max_inflight_pkts = o.window;
   e.engine.zero_copy_min = o.zero_copy_min;
+  if (o.dcqcn) {
+    config::DcqcnConfig d;
+    d.enabled = true;
+    if (o.dcqcn_line_rate_mbps) d.line_rate_mbps = o.dcqcn_line_rate_mbps;
+    const std::string err = config::check_dcqcn(d);
+    if (!err.empty()) throw std::runtime_error("--dcqcn-line-rate: " + err);
+    e.dcqcn = d;
+  }
   return e;
 }
 
@@ -835,6 +865,11 @@ void apply_faults(engine::Embedded& node, const Opts& o) {
   f.set(config::FaultDir::rx, config::FaultKind::duplicate, o.f_dup);
   f.set(config::FaultDir::rx, config::FaultKind::reorder, o.f_reorder);
   f.set(config::FaultDir::rx, config::FaultKind::corrupt, o.f_corrupt);
+  fault::Bottleneck bn = o.bn;
+  bn.rate_bps = static_cast<uint64_t>(o.bn_gbps * 1e9);
+  if (bn.active() && !(bn.kmin_bytes < bn.kmax_bytes && bn.kmax_bytes <= bn.limit_bytes))
+    throw std::runtime_error("--bn-*: want kmin < kmax <= limit");
+  f.set_bottleneck(config::FaultDir::tx, bn);
   f.publish();
 }
 
@@ -845,6 +880,11 @@ void print_counters(engine::Embedded& node) {
               pc.sum(stats::PortCounter::rx_roce), pc.sum(stats::PortCounter::fault_rx_drop),
               pc.sum(stats::PortCounter::fault_rx_duplicate), pc.sum(stats::PortCounter::fault_rx_reorder),
               pc.sum(stats::PortCounter::fault_rx_corrupt), pc.sum(stats::PortCounter::rx_drop_bad_icrc));
+  if (node.faults().bottleneck(config::FaultDir::tx).active())
+    std::printf(" tx bottleneck: drops %lu ECN marks %lu max queue %lu bytes\n",
+                static_cast<unsigned long>(pc.sum(stats::PortCounter::fault_tx_bn_drop)),
+                static_cast<unsigned long>(pc.sum(stats::PortCounter::fault_tx_bn_mark)),
+                static_cast<unsigned long>(pc.sum(stats::PortCounter::fault_tx_bn_max_queue)));
   try {  // what the device itself lost: a ring it overflowed, an mbuf it lacked
     const dpdk::PortStats st = node.port().stats();
     std::printf(" device: missed %lu rx errors %lu no mbuf %lu tx errors %lu | tx full %lu\n",
@@ -865,6 +905,23 @@ void print_counters(engine::Embedded& node) {
   fwd = node.dataplane().core_counters().sum(stats::CoreCounter::ring_enqueued);
   std::printf(" transport: retransmits %lu ack timeouts %lu seq NAKs %lu | cross-core forwarded %lu | payload tx zero-copy %lu copied %lu\n",
               retx, to, naks, fwd, zc, copied);
+  {
+    uint64_t ce = 0, cnp_tx = 0, cnp_rx = 0, dec = 0, paced = 0;
+    for (size_t c = 0; c < node.dataplane().core_count(); ++c) {
+      auto* e = node.dataplane().core(c).engine(0);
+      ce += e->counter(transport::Ctr::CeReceived);
+      cnp_tx += e->counter(transport::Ctr::CnpSent);
+      cnp_rx += e->counter(transport::Ctr::CnpReceived);
+    }
+    for (const auto& q : node.dataplane().qps()) {
+      dec += q.rp.decreases;
+      paced += q.ctr.paced;
+    }
+    std::printf(" congestion: CE received %lu CNPs sent %lu received %lu | DCQCN %s rate decreases %lu paced %lu\n",
+                static_cast<unsigned long>(ce), static_cast<unsigned long>(cnp_tx), static_cast<unsigned long>(cnp_rx),
+                node.cc().dcqcn.enabled ? "on" : "off", static_cast<unsigned long>(dec),
+                static_cast<unsigned long>(paced));
+  }
   if (std::getenv("DROCE_PERF_VERBOSE")) {
     for (size_t c = 0; c < node.dataplane().core_count(); ++c) {
       auto* e = node.dataplane().core(c).engine(0);
@@ -926,7 +983,12 @@ int run_client(const Opts& o, engine::Embedded& node) {
     const bool ok = r.errors == 0 && res.ok == 1;
     if (!ok) all_ok = false;
     if (res.ok != 1) spdlog::error("server found {} error(s) in its memory", res.errors);
-    if (p.lat) print_lat(size, r, ok); else print_bw(size, r, o.gbits, ok);
+    if (p.lat) {
+      print_lat(size, r, ok);
+    } else {
+      print_bw(size, r, o.gbits, ok);
+      print_per_qp(s, size, r, count);
+    }
     std::fflush(stdout);
     if (r.errors) break;
   }
@@ -1051,6 +1113,14 @@ int main(int argc, char** argv) {
   app.add_option("--fault-dup", o.f_dup, "fault injection: RX duplicate probability")->check(CLI::Range(0.0, 1.0));
   app.add_option("--fault-reorder", o.f_reorder, "fault injection: RX reorder probability")->check(CLI::Range(0.0, 1.0));
   app.add_option("--fault-corrupt", o.f_corrupt, "fault injection: RX corrupt probability")->check(CLI::Range(0.0, 1.0));
+  app.add_flag("--dcqcn", o.dcqcn, "DCQCN rate control on this node's QPs (NVIDIA's defaults)");
+  app.add_option("--dcqcn-line-rate", o.dcqcn_line_rate_mbps, "DCQCN line rate (Mb/s): where a QP starts and recovers to");
+  app.add_option("--bn-gbps", o.bn_gbps, "TX bottleneck: drain rate (Gb/s; 0: none)")->check(CLI::Range(0.0, 1600.0));
+  app.add_option("--bn-kmin", o.bn.kmin_bytes, "TX bottleneck: RED Kmin (bytes)");
+  app.add_option("--bn-kmax", o.bn.kmax_bytes, "TX bottleneck: RED Kmax (bytes)");
+  app.add_option("--bn-pmax", o.bn.pmax, "TX bottleneck: RED Pmax")->check(CLI::Range(0.0, 1.0));
+  app.add_option("--bn-limit", o.bn.limit_bytes, "TX bottleneck: tail drop past this many bytes queued");
+  app.add_flag("!--bn-no-ecn", o.bn.ecn, "TX bottleneck: tail drop only, no ECN marking");
   app.footer("EAL arguments after --. Exit status 0 when every run completed with its data verified.");
   std::vector<std::string> eal;
   if (const auto rc = engine::parse_node_command_line(app, argc, argv, eal)) return *rc;

@@ -155,23 +155,15 @@ uint16_t Port::tx_burst(io::PktBuf** bufs, uint16_t n) noexcept {
       tx_next_ = start + b->len * 8'000'000'000ull / tx_rate_bps_;
       at = tx_next_ + f.delay_ns;
     }
-    if (dst->bn_.rate_bps) {
-      const Bottleneck& bn = dst->bn_;
-      const uint64_t q = dst->bottleneck_queue_bytes(at);
-      if (q + b->len > bn.limit_bytes) {
+    if (dst->bn_.active()) {
+      const fault::BnVerdict v = fault::bottleneck_offer(dst->bn_, dst->bn_next_, dst->bn_max_q_, at, b->len,
+                                                         [&L] { return L.uniform(); }, &at);
+      if (v == fault::BnVerdict::Drop) {
         L.count(Counter::BottleneckDrop);
         L.put_buf(b);
         continue;
       }
-      if (bn.ecn && q > bn.kmin_bytes) {
-        const double p = q >= bn.kmax_bytes ? 1.0
-                                             : bn.pmax * static_cast<double>(q - bn.kmin_bytes) /
-                                                   static_cast<double>(bn.kmax_bytes - bn.kmin_bytes);
-        if (L.uniform() < p && L.mark_ce(b)) L.count(Counter::BottleneckMarked);
-      }
-      dst->bn_max_q_ = std::max(dst->bn_max_q_, q + b->len);
-      dst->bn_next_ = std::max(at, dst->bn_next_) + b->len * 8'000'000'000ull / bn.rate_bps;
-      at = dst->bn_next_;
+      if (v == fault::BnVerdict::Mark && L.mark_ce(b)) L.count(Counter::BottleneckMarked);
     }
     if (f.reorder > 0 && L.uniform() < f.reorder) {
       at += f.reorder_delay_ns;
@@ -251,9 +243,7 @@ void Link::put_buf(io::PktBuf* b) noexcept {
 }
 
 uint64_t Port::bottleneck_queue_bytes(uint64_t now) const noexcept {
-  if (!bn_.rate_bps || bn_next_ <= now) return 0;
-  // In kb/s so that a drain time of minutes does not overflow.
-  return (bn_next_ - now) * (bn_.rate_bps / 1000) / 8'000'000ull;
+  return fault::bottleneck_queue_bytes(bn_, bn_next_, now);
 }
 
 uint64_t Link::next_delivery_ns() const noexcept {
@@ -283,27 +273,6 @@ void Link::corrupt(io::PktBuf* b) noexcept {
   b->data[off] ^= static_cast<uint8_t>(1u << (static_cast<uint32_t>(uniform() * 8) & 7));
 }
 
-bool Link::mark_ce(io::PktBuf* b) noexcept {
-  uint32_t l3 = 0;
-  bool v6 = false;
-  if (!l3_of(b, &l3, &v6)) return false;
-  uint8_t* p = b->data + l3;
-  if (v6) {
-    // Traffic class straddles bytes 0 and 1: ECN is bits 5..4 of byte 1.
-    const uint8_t ecn = (p[1] >> 4) & 3;
-    if (ecn == wire::kEcnNotEct) return false;
-    p[1] |= 0x30;
-    return true;
-  }
-  const uint8_t ecn = p[1] & 3;
-  if (ecn == wire::kEcnNotEct) return false;
-  p[1] |= 3;
-  // Recompute the header checksum as a router would (TOS is masked in the ICRC).
-  p[10] = p[11] = 0;
-  const uint16_t cs = wire::ipv4_checksum(p, size_t{p[0] & 0x0Fu} * 4);
-  p[10] = static_cast<uint8_t>(cs >> 8);
-  p[11] = static_cast<uint8_t>(cs);
-  return true;
-}
+bool Link::mark_ce(io::PktBuf* b) noexcept { return fault::mark_ce(b->data, b->len); }
 
 }  // namespace droce::memlink

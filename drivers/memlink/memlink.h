@@ -23,6 +23,7 @@
 #include <random>
 #include <vector>
 
+#include "fault/bottleneck.h"
 #include "io/packet_io.h"
 
 namespace droce::memlink {
@@ -48,18 +49,10 @@ struct Faults {
 };
 
 // A switch egress queue in front of a port (set_bottleneck): frames toward the
-// port leave it at rate_bps; an ECN-capable frame finding more than kmin_bytes
-// queued is marked CE with a probability rising linearly to pmax at
-// kmax_bytes, and always above kmax_bytes (RED as DCQCN's switches run it);
-// a frame that would take the queue past limit_bytes is dropped.
-struct Bottleneck {
-  uint64_t rate_bps = 0;  // 0: no bottleneck
-  uint64_t kmin_bytes = 5'000;
-  uint64_t kmax_bytes = 200'000;
-  double pmax = 0.01;
-  uint64_t limit_bytes = 1'000'000;
-  bool ecn = true;  // false: tail drop only
-};
+// port leave it at rate_bps (or rate_pps); RED/ECN marking between kmin_bytes
+// and kmax_bytes up to pmax, tail drop past limit_bytes. The model is
+// lib/fault/bottleneck.h, shared with the fault injector of a real port.
+using Bottleneck = fault::Bottleneck;
 
 enum class Counter : uint8_t {
   TxFrames, Delivered, Lost, Reordered, Duplicated, Corrupted, CeMarked, NoRoute, PoolEmpty, QueueFull, RxOverrun,

@@ -247,11 +247,44 @@ std::string parse_prefix(const std::string& s, int family, std::array<uint8_t, N
   return {};
 }
 
+void read_bottleneck(Reader& r, fault::Bottleneck& b) {
+  if (const toml::node* n = r.node("rate_gbps")) {
+    double v = n->is_integer() ? static_cast<double>(n->as_integer()->get())
+               : n->is_floating_point() ? n->as_floating_point()->get()
+                                        : -1;
+    if (!n->is_integer() && !n->is_floating_point())
+      r.fail_key("rate_gbps", std::string("expected a number, got ") + type_name(n->type()));
+    if (!(v >= 0.001 && v <= 1600)) {
+      std::ostringstream os;
+      os << v << " is out of range 0.001..1600";
+      r.fail_key("rate_gbps", os.str());
+    }
+    b.rate_bps = static_cast<uint64_t>(v * 1e9);
+  }
+  r.integer_into("rate_pps", b.rate_pps, 1, 1'000'000'000);
+  if (b.rate_bps != 0 && b.rate_pps != 0) r.fail_key("rate_pps", "is set with rate_gbps; set one drain rate");
+  r.integer_into("kmin_bytes", b.kmin_bytes, 0, 1ll << 32);
+  r.integer_into("kmax_bytes", b.kmax_bytes, 1, 1ll << 32);
+  r.probability_into("pmax", b.pmax);
+  r.integer_into("limit_bytes", b.limit_bytes, 64, 1ll << 32);
+  r.boolean_into("ecn", b.ecn);
+  if (!b.active()) fail(r.src(), r.path(), "a bottleneck needs a drain rate (rate_gbps or rate_pps)");
+  if (b.kmin_bytes >= b.kmax_bytes)
+    r.fail_key("kmin_bytes", std::to_string(b.kmin_bytes) + " is not below kmax_bytes (" + std::to_string(b.kmax_bytes) + ")");
+  if (b.kmax_bytes > b.limit_bytes)
+    r.fail_key("kmax_bytes", std::to_string(b.kmax_bytes) + " is above limit_bytes (" + std::to_string(b.limit_bytes) + ")");
+  r.finish();
+}
+
 void read_fault_rates(Reader& r, FaultRates& out) {
   r.probability_into("drop", out.drop);
   r.probability_into("duplicate", out.duplicate);
   r.probability_into("reorder", out.reorder);
   r.probability_into("corrupt", out.corrupt);
+  if (const toml::table* t = r.table("bottleneck")) {
+    Reader br(r.src(), *t, r.key_path("bottleneck"));
+    read_bottleneck(br, out.bottleneck);
+  }
   r.finish();
 }
 

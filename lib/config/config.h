@@ -17,6 +17,8 @@
 #include <string_view>
 #include <vector>
 
+#include "fault/bottleneck.h"
+
 namespace droce::config {
 
 class ConfigError : public std::runtime_error {
@@ -40,13 +42,15 @@ struct Ipv6Prefix {
   uint8_t prefix = 128;
 };
 
-// Probabilities in [0, 1], applied per packet by the port's fault injector.
+// Probabilities in [0, 1], applied per packet by the port's fault injector,
+// and its bottleneck mode ([port.fault.tx.bottleneck]: lib/fault/bottleneck.h).
 struct FaultRates {
   double drop = 0;
   double duplicate = 0;
   double reorder = 0;
   double corrupt = 0;
-  bool any() const { return drop > 0 || duplicate > 0 || reorder > 0 || corrupt > 0; }
+  fault::Bottleneck bottleneck;  // inactive (no rate) by default
+  bool any() const { return drop > 0 || duplicate > 0 || reorder > 0 || corrupt > 0 || bottleneck.active(); }
 };
 
 struct FaultConfig {

@@ -32,6 +32,11 @@ inline double fault_probability(uint32_t t) { return t == UINT32_MAX ? 1.0 : sta
 
 struct alignas(64) PortFaults {
   std::atomic<uint32_t> threshold[2][kFaultKinds] = {};
+  // Bottleneck mode per direction (fault::Bottleneck): a core re-reads it when
+  // generation changes, like the thresholds.
+  std::atomic<uint64_t> bn_rate_bps[2] = {}, bn_rate_pps[2] = {}, bn_kmin[2] = {}, bn_kmax[2] = {}, bn_limit[2] = {};
+  std::atomic<uint32_t> bn_pmax[2] = {};  // threshold, as the probabilities
+  std::atomic<bool> bn_ecn[2] = {};
   std::atomic<uint64_t> seed{1};
   std::atomic<uint64_t> generation{0};
 
@@ -39,6 +44,9 @@ struct alignas(64) PortFaults {
     return threshold[static_cast<size_t>(d)][static_cast<size_t>(k)].load(std::memory_order_relaxed);
   }
   bool active(FaultDir d) const noexcept {
+    if (bn_rate_bps[static_cast<size_t>(d)].load(std::memory_order_relaxed) != 0 ||
+        bn_rate_pps[static_cast<size_t>(d)].load(std::memory_order_relaxed) != 0)
+      return true;
     for (size_t k = 0; k < kFaultKinds; ++k) {
       if (threshold[static_cast<size_t>(d)][k].load(std::memory_order_relaxed) != 0) return true;
     }
@@ -53,11 +61,35 @@ struct alignas(64) PortFaults {
     set(d, FaultKind::duplicate, r.duplicate);
     set(d, FaultKind::reorder, r.reorder);
     set(d, FaultKind::corrupt, r.corrupt);
+    set_bottleneck(d, r.bottleneck);
+  }
+  void set_bottleneck(FaultDir d, const fault::Bottleneck& b) noexcept {
+    const size_t i = static_cast<size_t>(d);
+    bn_rate_bps[i].store(b.rate_bps, std::memory_order_relaxed);
+    bn_rate_pps[i].store(b.rate_pps, std::memory_order_relaxed);
+    bn_kmin[i].store(b.kmin_bytes, std::memory_order_relaxed);
+    bn_kmax[i].store(b.kmax_bytes, std::memory_order_relaxed);
+    bn_limit[i].store(b.limit_bytes, std::memory_order_relaxed);
+    bn_pmax[i].store(fault_threshold(b.pmax), std::memory_order_relaxed);
+    bn_ecn[i].store(b.ecn, std::memory_order_relaxed);
+  }
+  fault::Bottleneck bottleneck(FaultDir d) const noexcept {
+    const size_t i = static_cast<size_t>(d);
+    fault::Bottleneck b;
+    b.rate_bps = bn_rate_bps[i].load(std::memory_order_relaxed);
+    b.rate_pps = bn_rate_pps[i].load(std::memory_order_relaxed);
+    b.kmin_bytes = bn_kmin[i].load(std::memory_order_relaxed);
+    b.kmax_bytes = bn_kmax[i].load(std::memory_order_relaxed);
+    b.limit_bytes = bn_limit[i].load(std::memory_order_relaxed);
+    b.pmax = fault_probability(bn_pmax[i].load(std::memory_order_relaxed));
+    b.ecn = bn_ecn[i].load(std::memory_order_relaxed);
+    return b;
   }
   void publish() noexcept { generation.fetch_add(1, std::memory_order_release); }
   FaultRates rates(FaultDir d) const noexcept {
     return FaultRates{fault_probability(get(d, FaultKind::drop)), fault_probability(get(d, FaultKind::duplicate)),
-                      fault_probability(get(d, FaultKind::reorder)), fault_probability(get(d, FaultKind::corrupt))};
+                      fault_probability(get(d, FaultKind::reorder)), fault_probability(get(d, FaultKind::corrupt)),
+                      bottleneck(d)};
   }
 };
 

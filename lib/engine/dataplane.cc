@@ -55,17 +55,18 @@ DemuxIo::DemuxIo(Dataplane& dp, CoreLoop& core, uint32_t port, uint32_t my_index
   if (faults_) {
     frx_ = std::make_unique<fault::FaultInjector>(*faults_, config::FaultDir::rx, uint64_t{q.queue_id()} * 2, pc_);
     ftx_ = std::make_unique<fault::FaultInjector>(*faults_, config::FaultDir::tx, uint64_t{q.queue_id()} * 2 + 1, pc_);
+    frx_->set_clock(&dp_.clock_);  // bottleneck mode
+    ftx_->set_clock(&dp_.clock_);
   }
 }
 
 DemuxIo::~DemuxIo() { drain(); }
 
 void DemuxIo::drain() noexcept {
-  io::PktBuf* b[4];
+  io::PktBuf* b[32];
   for (auto* f : {frx_.get(), ftx_.get()}) {
     if (!f) continue;
-    const uint16_t k = f->flush(b, 4);
-    if (k) q_.free_burst(b, k);
+    for (uint16_t k; (k = f->flush(b, 32)) != 0;) q_.free_burst(b, k);  // bounded: each call empties up to 32
   }
   for (uint16_t i = 0; i < nbacklog_; ++i) release(backlog_[i]);
   nbacklog_ = 0;
@@ -285,6 +286,17 @@ uint16_t DemuxIo::rx_burst(io::PktBuf** bufs, uint16_t n) noexcept {
   if (kick_left_) {
     --kick_left_;
     rte_eth_tx_burst(q_.port_id(), q_.queue_id(), nullptr, 0);
+  }
+  // TX bottleneck (fault injector): frames whose departure time has come leave
+  // even when the engine sends nothing.
+  if (ftx_ && ftx_->bottleneck_frames()) {
+    io::PktBuf* out[kTmp];
+    const uint16_t k = ftx_->release(out, kTmp);
+    const uint16_t sent = k ? send_frames(out, k, true, 4) : 0;
+    if (sent < k) {
+      pc_->add(PortCounter::tx_drop_full, k - sent);
+      q_.free_burst(out + sent, static_cast<uint16_t>(k - sent));
+    }
   }
   // 0. Frames that did not fit last time.
   if (nbacklog_) {

@@ -9,7 +9,7 @@ using stats::PortCounter;
 
 FaultInjector::FaultInjector(const config::PortFaults& faults, config::FaultDir dir, uint64_t stream,
                              stats::CounterBlock<PortCounter>* counters) noexcept
-    : faults_(faults), dir_(dir), stream_(stream), counters_(counters) {
+    : faults_(faults), dir_(dir), stream_(stream), counters_(counters), bn_q_(new BnFrame[kBnFrames]) {
   reload();
 }
 
@@ -20,6 +20,9 @@ void FaultInjector::reload() noexcept {
     t_[k] = faults_.get(dir_, static_cast<FaultKind>(k));
     active_ = active_ || t_[k] != 0;
   }
+  bn_ = faults_.bottleneck(dir_);
+  bn_on_ = bn_.active() && clock_ != nullptr;
+  active_ = active_ || bn_on_;
   uint64_t seed = faults_.seed.load(std::memory_order_relaxed);
   if (seed != seed_ || state_ == 0) {
     seed_ = seed;
@@ -40,9 +43,61 @@ void FaultInjector::count(size_t kind) noexcept {
   counters_->add(static_cast<PortCounter>(base + kind));
 }
 
+void FaultInjector::count_bn(size_t which, uint64_t v, bool set) noexcept {
+  if (counters_ == nullptr) return;
+  const size_t base = static_cast<size_t>(dir_ == config::FaultDir::rx ? PortCounter::fault_rx_bn_drop
+                                                                       : PortCounter::fault_tx_bn_drop);
+  if (set) counters_->set(static_cast<PortCounter>(base + which), v);
+  else counters_->add(static_cast<PortCounter>(base + which), v);
+}
+
+// Frames out[0..nout) join the bottleneck queue (or are dropped or marked);
+// then the frames whose time has come go back into out. Returns their count.
+uint16_t FaultInjector::bn_pass(io::PacketIo* io, io::PktBuf** out, uint16_t nout, uint16_t cap) noexcept {
+  const uint64_t now = clock_ != nullptr ? clock_->now_ns() : 0;
+  if (bn_on_) {
+    io::PktBuf* dropped[kMaxBurst];
+    uint16_t ndrop = 0;
+    const uint64_t max_before = bn_max_q_;
+    for (uint16_t i = 0; i < nout; ++i) {
+      io::PktBuf* b = out[i];
+      uint64_t depart = 0;
+      const BnVerdict v = bn_head_ - bn_tail_ >= kBnFrames
+                              ? BnVerdict::Drop
+                              : bottleneck_offer(bn_, bn_drained_, bn_max_q_, now, b->len,
+                                                 [this] { return next() * (1.0 / 4294967296.0); }, &depart);
+      if (v == BnVerdict::Drop) {
+        dropped[ndrop++] = b;
+        count_bn(0);
+        continue;
+      }
+      if (v == BnVerdict::Mark && mark_ce(b->data, b->len)) count_bn(1);
+      bn_q_[bn_head_++ & (kBnFrames - 1)] = BnFrame{b, depart};
+    }
+    if (ndrop) io->free_burst(dropped, ndrop);
+    if (bn_max_q_ != max_before) count_bn(2, bn_max_q_, true);
+    nout = 0;
+  }
+  // Departures (all at once when the mode was switched off meanwhile).
+  while (bn_tail_ != bn_head_ && nout < cap) {
+    const BnFrame& f = bn_q_[bn_tail_ & (kBnFrames - 1)];
+    if (bn_on_ && f.depart > now) break;
+    out[nout++] = f.b;
+    ++bn_tail_;
+  }
+  return nout;
+}
+
+uint16_t FaultInjector::release(io::PktBuf** bufs, uint16_t cap) noexcept {
+  if (bn_tail_ == bn_head_) return 0;
+  if (faults_.generation.load(std::memory_order_relaxed) != generation_) reload();
+  if (cap > kMaxBurst) cap = kMaxBurst;
+  return bn_pass(nullptr, bufs, 0, cap);
+}
+
 uint16_t FaultInjector::apply(io::PacketIo& io, io::PktBuf** bufs, uint16_t n, uint16_t cap) noexcept {
   if (faults_.generation.load(std::memory_order_relaxed) != generation_) reload();
-  if (!active_ && held_ == nullptr) return n;
+  if (!active_ && held_ == nullptr && bn_tail_ == bn_head_) return n;
   if (cap > kMaxBurst) cap = kMaxBurst;
   if (n > cap) n = cap;
 
@@ -119,15 +174,19 @@ uint16_t FaultInjector::apply(io::PacketIo& io, io::PktBuf** bufs, uint16_t n, u
     held_ = nullptr;
   }
   if (ndrop != 0) io.free_burst(dropped, ndrop);
+  if (bn_on_ || bn_tail_ != bn_head_) nout = bn_pass(&io, out, nout, cap);
   std::memcpy(bufs, out, nout * sizeof(io::PktBuf*));
   return nout;
 }
 
 uint16_t FaultInjector::flush(io::PktBuf** bufs, uint16_t cap) noexcept {
-  if (held_ == nullptr || cap == 0) return 0;
-  bufs[0] = held_;
-  held_ = nullptr;
-  return 1;
+  uint16_t k = 0;
+  if (held_ != nullptr && cap != 0) {
+    bufs[k++] = held_;
+    held_ = nullptr;
+  }
+  while (bn_tail_ != bn_head_ && k < cap) bufs[k++] = bn_q_[bn_tail_++ & (kBnFrames - 1)].b;
+  return k;
 }
 
 }  // namespace droce::fault

@@ -15,12 +15,24 @@
 //   duplicate  a copy (a buffer from io.alloc_burst) follows the frame; when
 //              no buffer is free the copy is skipped
 // Each injected fault is counted in the port's fault_{rx,tx}_* counter.
+//
+// Bottleneck mode (PortFaults::set_bottleneck, [port.fault.tx.bottleneck]):
+// after the faults above, every frame goes through a queue drained at a fixed
+// rate with RED/ECN marking and tail drop (the model of bottleneck.h, the same
+// as the in-memory link's), timed by the clock given to set_clock. A frame
+// leaves the injector when its departure time has come: from a later apply()
+// or from release(), which the owner calls on polls without traffic (the
+// dataplane's DemuxIo does, every rx_burst). Counted in fault_{rx,tx}_bn_drop,
+// _bn_mark and _bn_max_queue (the largest queue seen, bytes).
 #pragma once
 
 #include <cstdint>
+#include <memory>
+
+#include "fault/bottleneck.h"
+#include "io/packet_io.h"
 
 #include "config/fault_table.h"
-#include "io/packet_io.h"
 #include "stats/groups.h"
 
 namespace droce::fault {
@@ -29,6 +41,7 @@ class FaultInjector {
  public:
   static constexpr uint16_t kMaxBurst = 512;
   static constexpr uint32_t kHoldCalls = 16;
+  static constexpr uint32_t kBnFrames = 4096;  // frames the bottleneck queue holds at most (power of two)
 
   // stream tells apart the injectors of one port (e.g. queue * 2 + dir) so they
   // draw different numbers from the same seed.
@@ -42,7 +55,20 @@ class FaultInjector {
   // Puts a held frame (if any) into bufs[0]; returns 0 or 1. For shutdown.
   uint16_t flush(io::PktBuf** bufs, uint16_t cap) noexcept;
 
-  bool holding() const noexcept { return held_ != nullptr; }
+  bool holding() const noexcept { return held_ != nullptr || bn_head_ != bn_tail_; }
+
+  // The bottleneck's time source (without one it is never active).
+  void set_clock(const io::Clock* c) noexcept {
+    clock_ = c;
+    generation_ = ~0ULL;  // re-read the settings at the next call
+  }
+  // Frames of the bottleneck queue whose departure time has come, into bufs
+  // (at most cap); for polls that send nothing. Returns how many.
+  uint16_t release(io::PktBuf** bufs, uint16_t cap) noexcept;
+  uint32_t bottleneck_frames() const noexcept { return bn_head_ - bn_tail_; }
+  uint64_t bottleneck_queue_bytes(uint64_t now) const noexcept {
+    return fault::bottleneck_queue_bytes(bn_, bn_drained_, now);
+  }
 
  private:
   void reload() noexcept;
@@ -53,6 +79,8 @@ class FaultInjector {
     return static_cast<uint32_t>((state_ * 0x2545F4914F6CDD1DULL) >> 32);
   }
   void count(size_t kind) noexcept;
+  void count_bn(size_t which, uint64_t v = 1, bool set = false) noexcept;  // 0 drop, 1 mark, 2 max queue
+  uint16_t bn_pass(io::PacketIo* io, io::PktBuf** out, uint16_t nout, uint16_t cap) noexcept;
 
   const config::PortFaults& faults_;
   const config::FaultDir dir_;
@@ -65,6 +93,17 @@ class FaultInjector {
   bool active_ = false;
   io::PktBuf* held_ = nullptr;
   uint32_t held_calls_ = 0;
+  // Bottleneck mode.
+  const io::Clock* clock_ = nullptr;
+  fault::Bottleneck bn_{};
+  bool bn_on_ = false;
+  uint64_t bn_drained_ = 0, bn_max_q_ = 0;
+  struct BnFrame {
+    io::PktBuf* b;
+    uint64_t depart;
+  };
+  std::unique_ptr<BnFrame[]> bn_q_;  // FIFO, departures in order
+  uint32_t bn_head_ = 0, bn_tail_ = 0;
 };
 
 }  // namespace droce::fault

@@ -487,3 +487,32 @@ TEST_CASE("set_dcqcn_key / check_dcqcn: the checks `droce-ctl dcqcn set` goes th
   CHECK(droce::config::set_dcqcn_key(d, "min_rate_mbps", 200'000).empty());
   CHECK(droce::config::check_dcqcn(d) == "min_rate_mbps (200000) is above line_rate_mbps (100000)");
 }
+
+TEST_CASE("[port.fault.tx.bottleneck]: the fault injector's bottleneck mode", "[config][bottleneck]") {
+  const auto& none = parse_config(kPort).ports[0].fault;
+  CHECK_FALSE(none.tx.bottleneck.active());
+  CHECK_FALSE(none.tx.any());
+  const auto& f = parse_config(kPort + "[port.fault.tx.bottleneck]\nrate_gbps = 2.5\nkmin_bytes = 1000\nkmax_bytes = 9000\n"
+                                       "pmax = 0.2\nlimit_bytes = 50000\necn = false\n")
+                      .ports[0]
+                      .fault;
+  CHECK(f.tx.bottleneck.rate_bps == 2'500'000'000ull);
+  CHECK(f.tx.bottleneck.kmin_bytes == 1000);
+  CHECK(f.tx.bottleneck.kmax_bytes == 9000);
+  CHECK(f.tx.bottleneck.pmax == 0.2);
+  CHECK(f.tx.bottleneck.limit_bytes == 50000);
+  CHECK_FALSE(f.tx.bottleneck.ecn);
+  CHECK(f.tx.any());
+  CHECK(parse_config(kPort + "[port.fault.rx.bottleneck]\nrate_pps = 100000\n").ports[0].fault.rx.bottleneck.rate_pps ==
+        100000);
+  const std::string t = kPort + "[port.fault.tx.bottleneck]\n";
+  CHECK_THAT(error_of(t + "kmin_bytes = 5\n"), Catch::Contains("port[0].fault.tx.bottleneck: a bottleneck needs a drain rate"));
+  CHECK_THAT(error_of(t + "rate_gbps = 1\nrate_pps = 5\n"), Catch::Contains("rate_pps: is set with rate_gbps"));
+  CHECK_THAT(error_of(t + "rate_gbps = 0\n"), Catch::Contains("rate_gbps: 0 is out of range 0.001..1600"));
+  CHECK_THAT(error_of(t + "rate_gbps = 1\nkmin_bytes = 9000\nkmax_bytes = 9000\n"),
+             Catch::Contains("kmin_bytes: 9000 is not below kmax_bytes (9000)"));
+  CHECK_THAT(error_of(t + "rate_gbps = 1\nkmax_bytes = 2000000\n"),
+             Catch::Contains("kmax_bytes: 2000000 is above limit_bytes (1000000)"));
+  CHECK_THAT(error_of(t + "rate_gbps = 1\npmax = 2\n"), Catch::Contains("pmax: 2 is out of range 0..1"));
+  CHECK_THAT(error_of(t + "rate_gbps = 1\nkmn = 2\n"), Catch::Contains("bottleneck.kmn: unknown key"));
+}

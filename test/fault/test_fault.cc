@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "fault/fault_injector.h"
+#include "wire/packet.h"
 
 using namespace droce;
 using config::FaultDir;
@@ -246,4 +247,120 @@ TEST_CASE("same seed, same faults; other stream or seed, other faults; run-time 
   t[0].publish();
   CHECK(run(fi, io, 50).size() == 50);
   CHECK(c.get(PortCounter::fault_tx_drop) == 50);
+}
+
+namespace {
+struct ManualClock : io::Clock {
+  uint64_t t = 1'000'000;
+  uint64_t now_ns() const noexcept override { return t; }
+};
+// An IPv4 frame of `len` bytes (ECT(0) when ect), its sequence number at the end.
+io::PktBuf* ip_frame(PoolIo& io, uint32_t seq, uint32_t len, bool ect) {
+  io::PktBuf* b = nullptr;
+  if (io.alloc_burst(&b, 1) != 1) FAIL("pool empty");
+  std::memset(b->data, 0, len);
+  b->len = len;
+  b->data[12] = 0x08;
+  b->data[14] = 0x45;
+  b->data[15] = ect ? wire::kEcnEct0 : 0;
+  b->data[23] = 17;
+  std::memcpy(b->data + len - 4, &seq, 4);
+  return b;
+}
+uint32_t tail_seq(const io::PktBuf* b) {
+  uint32_t s;
+  std::memcpy(&s, b->data + b->len - 4, 4);
+  return s;
+}
+}  // namespace
+
+TEST_CASE("bottleneck mode: drained at its rate, RED marks between kmin and kmax, tail drop at the limit", "[fault][bottleneck]") {
+  PoolIo io(256);
+  ManualClock clk;
+  config::PortFaults pf;
+  fault::Bottleneck bn;
+  bn.rate_bps = 1'000'000'000;  // 200-byte frames: 1.6 us each
+  bn.kmin_bytes = 2'000;
+  bn.kmax_bytes = 8'000;
+  bn.pmax = 0.5;
+  bn.limit_bytes = 16'000;
+  pf.set_bottleneck(FaultDir::tx, bn);
+  pf.publish();
+  stats::CounterBlock<PortCounter> ctr;
+  FaultInjector f(pf, FaultDir::tx, 1, &ctr);
+  f.set_clock(&clk);
+
+  // 100 frames at once: frame i finds i x 200 bytes queued.
+  std::vector<io::PktBuf*> burst;
+  for (uint32_t i = 0; i < 100; ++i) burst.push_back(ip_frame(io, i, 200, true));
+  CHECK(f.apply(io, burst.data(), 100, 128) == 0);  // nothing has left yet
+  CHECK(ctr.get(PortCounter::fault_tx_bn_drop) == 20);  // 80 x 200 = the 16000-byte limit
+  CHECK(ctr.get(PortCounter::fault_tx_bn_max_queue) == 16'000);
+  CHECK(f.bottleneck_frames() == 80);
+  CHECK(f.bottleneck_queue_bytes(clk.t) == 16'000);
+  const uint64_t marks = ctr.get(PortCounter::fault_tx_bn_mark);
+  CHECK(marks >= 40);  // frames 40..79 found >= kmax queued: always marked
+  CHECK(marks <= 69);  // frames 0..10 found <= kmin: never
+
+  // 16 us later: the first 10 have left, in order.
+  io::PktBuf* out[128];
+  clk.t += 16'000;
+  uint16_t k = f.release(out, 128);
+  REQUIRE(k == 10);
+  for (uint16_t i = 0; i < k; ++i) {
+    CHECK(tail_seq(out[i]) == i);
+    CHECK((out[i]->data[15] & 3) == wire::kEcnEct0);  // below kmin: unmarked
+  }
+  io.free_burst(out, k);
+  CHECK(f.bottleneck_queue_bytes(clk.t) == 14'000);
+  clk.t += 1'000'000;
+  k = f.release(out, 128);
+  REQUIRE(k == 70);
+  uint64_t ce = 0;
+  for (uint16_t i = 0; i < k; ++i) {
+    CHECK(tail_seq(out[i]) == 10u + i);
+    if ((out[i]->data[15] & 3) == 3) {
+      ++ce;
+      CHECK(wire::ipv4_checksum(out[i]->data + 14, 20) == 0);  // header checksum redone (sums to zero)
+    }
+    if (i + 10 >= 40) CHECK((out[i]->data[15] & 3) == 3);
+  }
+  CHECK(ce == marks);
+  io.free_burst(out, k);
+  CHECK(f.bottleneck_frames() == 0);
+  CHECK(io.free_count() == 256);
+}
+
+TEST_CASE("bottleneck mode: Not-ECT frames are never marked, frames/s rate, switched off mid-queue", "[fault][bottleneck]") {
+  PoolIo io(256);
+  ManualClock clk;
+  config::PortFaults pf;
+  fault::Bottleneck bn;
+  bn.rate_pps = 1'000'000;  // 1 us per frame, whatever its size
+  bn.kmin_bytes = 0;
+  bn.kmax_bytes = 1'000;
+  bn.limit_bytes = 100'000;
+  pf.set_bottleneck(FaultDir::rx, bn);
+  pf.publish();
+  stats::CounterBlock<PortCounter> ctr;
+  FaultInjector f(pf, FaultDir::rx, 0, &ctr);
+  f.set_clock(&clk);
+  std::vector<io::PktBuf*> burst;
+  for (uint32_t i = 0; i < 50; ++i) burst.push_back(ip_frame(io, i, 100 + i, false));
+  CHECK(f.apply(io, burst.data(), 50, 128) == 0);
+  CHECK(ctr.get(PortCounter::fault_rx_bn_mark) == 0);
+  CHECK(ctr.get(PortCounter::fault_rx_bn_drop) == 0);
+  clk.t += 5'000;  // 5 frames at 1 Mpps
+  io::PktBuf* out[128];
+  uint16_t k = f.apply(io, out, 0, 128);
+  CHECK(k == 5);
+  io.free_burst(out, k);
+  // Switched off: the rest leave at the next call.
+  pf.set_bottleneck(FaultDir::rx, fault::Bottleneck{});
+  pf.publish();
+  k = f.apply(io, out, 0, 128);
+  CHECK(k == 45);
+  for (uint16_t i = 0; i < k; ++i) CHECK((out[i]->data[15] & 3) == 0);
+  io.free_burst(out, k);
+  CHECK(io.free_count() == 256);
 }

@@ -1,0 +1,84 @@
+// droce/fault: the queue model of a bottleneck, a switch egress queue drained
+// at a fixed rate, shared by the in-memory link (drivers/memlink, virtual
+// clock) and the fault injector of a real port (fault_injector.h, the TSC).
+//
+// A frame arriving at `at` finds q bytes queued (what has not drained since):
+//   q + len > limit_bytes          tail drop
+//   ecn and q > kmin_bytes         marked CE with probability pmax * (q - kmin) / (kmax - kmin),
+//                                  always when q >= kmax_bytes (RED as DCQCN's switches run it)
+// otherwise it joins the queue and leaves when the frames before it and its
+// own bytes have drained: depart = max(at, drained) + len / rate.
+// Rate in bits/s, or in frames/s (rate_pps, when rate_bps is 0: each frame
+// takes 1/rate_pps whatever its size; the queue's bytes are then counted as
+// frames waiting x the arriving frame's size). Pure arithmetic, no clock of
+// its own, no allocation: the caller keeps the state (drained_ns, max_queue).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+namespace droce::fault {
+
+struct Bottleneck {
+  uint64_t rate_bps = 0;  // drain rate; 0: rate_pps, or no bottleneck when both are 0
+  uint64_t rate_pps = 0;
+  uint64_t kmin_bytes = 5'000;
+  uint64_t kmax_bytes = 200'000;
+  double pmax = 0.01;
+  uint64_t limit_bytes = 1'000'000;
+  bool ecn = true;  // false: tail drop only
+  bool active() const noexcept { return rate_bps != 0 || rate_pps != 0; }
+};
+
+enum class BnVerdict : uint8_t { Pass, Mark, Drop };
+
+// Bytes still queued at `now` when the queue drains at drained_ns; frame_bytes
+// stands for each waiting frame in frames/s mode.
+inline uint64_t bottleneck_queue_bytes(const Bottleneck& b, uint64_t drained_ns, uint64_t now,
+                                       uint32_t frame_bytes = 1024) noexcept {
+  if (!b.active() || drained_ns <= now) return 0;
+  const uint64_t left = drained_ns - now;
+  if (b.rate_bps != 0) return left * (b.rate_bps / 1000) / 8'000'000ull;  // kb/s: no overflow for minutes
+  return (left * b.rate_pps + 999'999'999ull) / 1'000'000'000ull * frame_bytes;
+}
+
+// RED's marking probability for a frame finding q bytes queued.
+inline double bottleneck_mark_probability(const Bottleneck& b, uint64_t q) noexcept {
+  if (!b.ecn || q <= b.kmin_bytes) return 0.0;
+  if (q >= b.kmax_bytes) return 1.0;
+  return b.pmax * static_cast<double>(q - b.kmin_bytes) / static_cast<double>(b.kmax_bytes - b.kmin_bytes);
+}
+
+// Time one frame of len bytes takes to drain.
+inline uint64_t bottleneck_service_ns(const Bottleneck& b, uint32_t len) noexcept {
+  if (b.rate_bps != 0) return uint64_t{len} * 8'000'000'000ull / b.rate_bps;
+  return b.rate_pps != 0 ? 1'000'000'000ull / b.rate_pps : 0;
+}
+
+// A frame of len bytes arrives at `at`. Drop: the queue would pass its limit
+// (state unchanged). Otherwise the frame is queued: drained_ns and max_queue
+// move, *depart is when it has left; Mark when RED picked it (the caller
+// marks it CE if it is ECN-capable). uniform() returns a draw in [0, 1) and
+// is called only when the queue is past kmin with ECN on (so a seeded caller's
+// sequence of draws does not depend on idle queues).
+template <class Uniform>
+BnVerdict bottleneck_offer(const Bottleneck& b, uint64_t& drained_ns, uint64_t& max_queue, uint64_t at, uint32_t len,
+                           Uniform&& uniform, uint64_t* depart) noexcept {
+  const uint64_t q = bottleneck_queue_bytes(b, drained_ns, at, len);
+  if (q + len > b.limit_bytes) return BnVerdict::Drop;
+  BnVerdict v = BnVerdict::Pass;
+  if (b.ecn && q > b.kmin_bytes) {
+    const double p = bottleneck_mark_probability(b, q);
+    if (uniform() < p) v = BnVerdict::Mark;
+  }
+  max_queue = std::max(max_queue, q + len);
+  drained_ns = std::max(at, drained_ns) + bottleneck_service_ns(b, len);
+  *depart = drained_ns;
+  return v;
+}
+
+// Marks an Ethernet frame's IPv4/IPv6 packet CE (the IPv4 header checksum
+// redone); false, frame untouched, when it is not IP or not ECN-capable.
+bool mark_ce(uint8_t* frame, uint32_t len) noexcept;
+
+}  // namespace droce::fault
