@@ -111,6 +111,7 @@ struct SendWqe {
   uint32_t npkts = 0;
   uint32_t read_pkts_done = 0;  // READ: response packets placed
   uint64_t atomic_orig = 0;
+  bool sr = false;  // RC selective repeat (lib/transport README): its requests are marked, WRITEs go per packet
 
   // A freshly posted WQE: not started, nothing sent or placed yet.
   void mark_posted() noexcept {
@@ -120,6 +121,7 @@ struct SendWqe {
     npkts = 0;
     read_pkts_done = 0;
     atomic_orig = 0;
+    sr = false;
   }
 };
 
