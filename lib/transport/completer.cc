@@ -228,14 +228,14 @@ CompSt on_atomic_ack(Engine& e, Qp& q, const wire::PacketView& pkt) noexcept {
 // AtomicAckETH = which PSNs of [base, base + 64) it holds.
 void on_sack(Engine& e, Qp& q, const wire::PacketView& pkt) noexcept {
   const uint32_t epsn = pkt.h.bth.psn;
-  if (!q.rts_like() || wire::psn_lt(epsn, q.comp.psn) || wire::psn_ge(epsn, q.req.next_new_psn)) {
+  if (!q.sr || !q.rts_like() || wire::psn_lt(epsn, q.comp.psn) || wire::psn_ge(epsn, q.req.next_new_psn)) {
     e.count(Ctr::GhostResponse);  // stale (overtaken by later acknowledgements) or for nothing sent
     return;
   }
   e.count(Ctr::SrSackReceived);
   if (wire::psn_gt(epsn, q.comp.psn) && ack_through(e, q, psn_add(epsn, 0xFFFFFF)) != kNoRewind)
     return;  // a READ/atomic went unanswered: go-back-N from it (scoreboard cleared)
-  SrState& s = q.sr;
+  SrState& s = q.sr->req;
   if (s.episode && !wire::psn_lt(q.comp.psn, s.high) && wire::psn_gt(q.comp.psn, s.missing))
     s.episode = false;  // the last loss is repaired: this SACK starts a new one
   if (!s.episode) {

@@ -31,6 +31,14 @@ struct SrBits {
   }
 };
 
+// Responder side of selective repeat: marked WRITE ONLY packets placed ahead of
+// the expected PSN (ring bitmap, PSNs in (psn, psn + kSrWindow)).
+struct SrResp {
+  SrBits bits;
+  uint32_t lo = 0;    // PSN the bitmap was last reconciled at
+  uint8_t dirty = 0;  // 64-PSN chunks after psn with news for the requester (bit k: chunk k)
+};
+
 // Requester side of selective repeat: what the responder said it holds.
 struct SrState {
   SrBits held;     // PSNs the responder holds (from SACKs), for [lo, lo + kSrWindow)
@@ -125,15 +133,12 @@ struct RespState {
   uint32_t res_next = 0;                  // slot the next READ/atomic takes
   uint8_t emit_q[verbs::kMaxRdAtomic]{};  // resource indexes waiting to send, FIFO
   uint32_t emit_head = 0, emit_tail = 0;
-  // Selective repeat: marked WRITE ONLY packets placed ahead of psn (ring bitmap,
-  // PSNs in (psn, psn + kSrWindow)), how many, and the SACKs owed.
-  SrBits sr_bits;
+  // Selective repeat (the bitmap itself is in Qp::sr): PSNs held ahead of psn,
+  // whether a SACK is owed, a marked go-back NAK sent for psn, the pending NAK marked.
   uint32_t sr_count = 0;
-  uint32_t sr_lo = 0;        // PSN the bitmap was last reconciled at
-  uint8_t sr_dirty = 0;      // 64-PSN chunks after psn with news for the requester (bit k: chunk k)
-  bool sr_sack = false;      // a SACK is owed
-  bool sr_nak_sent = false;  // a marked go-back NAK was sent for psn
-  bool ack_sr = false;       // the pending ACK/NAK is a marked go-back NAK
+  bool sr_sack = false;
+  bool sr_nak_sent = false;
+  bool ack_sr = false;
 };
 
 // Per-QP counters (the engine thread writes them; the control path reads a
@@ -165,7 +170,13 @@ struct Qp : verbs::QpBase {
   alignas(64) ReqState req;
   alignas(64) CompState comp;
   alignas(64) RespState resp;
-  SrState sr;  // requester's selective-repeat scoreboard (touched only after a loss)
+  // Selective repeat (EngineConfig::selective_repeat, RC): allocated at RTR, so
+  // a node with it off carries one pointer per QP. Touched only after a loss.
+  struct Sr {
+    SrState req;
+    SrResp resp;
+  };
+  std::unique_ptr<Sr> sr;
   alignas(64) wire::Headers hdr;  // RC/UC: header template built at RTR
   bool in_req_ready = false;
   bool in_resp_ready = false;

@@ -174,10 +174,10 @@ bool build_packet(Engine& e, Qp& q, SendWqe& w, bool* last_of_wqe) noexcept {
 
 // Selective repeat: resends each PSN the responder reported missing (its
 // ePSN, and every PSN below the highest it holds that it does not hold) once,
-// rebuilt from its WQE. Returns the packets sent; q.sr.pending stays set when
+// rebuilt from its WQE. Returns the packets sent; q.sr->req.pending stays set when
 // the budget or the TX room ran out first.
 uint32_t sr_resend(Engine& e, Qp& q, uint32_t budget) noexcept {
-  SrState& s = q.sr;
+  SrState& s = q.sr->req;
   uint32_t end = wire::psn_gt(s.high, s.missing) ? s.high : psn_add(s.missing, 1);
   if (wire::psn_gt(end, q.req.next_new_psn)) end = q.req.next_new_psn;
   uint32_t sent = 0;
@@ -226,9 +226,9 @@ uint32_t sr_resend(Engine& e, Qp& q, uint32_t budget) noexcept {
 bool requester_run(Engine& e, Qp& q, uint32_t budget) noexcept {
   if (!q.rts_like() || q.comp.rnr_wait) return false;
   uint32_t sent = 0;
-  if (q.sr.pending) {  // lost packets go before new ones
+  if (q.sr && q.sr->req.pending) {  // lost packets go before new ones
     sent = sr_resend(e, q, budget);
-    if (q.sr.pending || !q.rts_like()) return q.rts_like();
+    if (q.sr->req.pending || !q.rts_like()) return q.rts_like();
   }
   SendWqe* w = nullptr;
   ReqSt st = ReqSt::GetWqe;
@@ -415,7 +415,7 @@ void requester_rewind(Engine& e, Qp& q, uint32_t psn) noexcept {
   q.req.idx = i;
   q.req.psn = psn;
   q.req.pkts_since_ackreq = 0;
-  q.sr.episode = q.sr.pending = false;  // go-back-N resends everything from psn
+  if (q.sr) q.sr->req.episode = q.sr->req.pending = false;  // go-back-N resends everything from psn
   const uint64_t to = verbs::ack_timeout_ns(q.attr.timeout);
   q.comp.deadline = to ? e.now() + to : 0;
   e.req_ready(q);

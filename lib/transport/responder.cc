@@ -446,8 +446,9 @@ RespSt drop_msg(Ctx& c) noexcept {
 void sr_ahead(Ctx& c, int32_t d) noexcept {
   Qp& q = c.q;
   RespState& r = q.resp;
+  SrResp& x = q.sr->resp;
   const bool in_window = d <= static_cast<int32_t>(kSrWindow);
-  if (in_window && r.sr_count && r.sr_bits.test(c.psn)) {  // held already: never placed twice
+  if (in_window && r.sr_count && x.bits.test(c.psn)) {  // held already: never placed twice
     c.e.count(Ctr::SrDup);
     c.e.count(Ctr::DupRequest);
     r.sr_sack = true;
@@ -459,10 +460,10 @@ void sr_ahead(Ctx& c, int32_t d) noexcept {
     verbs::MrError err = verbs::MrError::NoAccess;
     if (check_rkey_of(c, err) == RespSt::Execute) {
       if (c.pkt.payload_len) std::memcpy(c.host, c.pkt.payload(), c.pkt.payload_len);
-      if (r.sr_count == 0) r.sr_lo = r.psn;
-      r.sr_bits.set(c.psn);
+      if (r.sr_count == 0) x.lo = r.psn;
+      x.bits.set(c.psn);
       ++r.sr_count;
-      r.sr_dirty = static_cast<uint8_t>(r.sr_dirty | (1u << ((d - 1) / 64)));
+      x.dirty = static_cast<uint8_t>(x.dirty | (1u << ((d - 1) / 64)));
       c.e.count(Ctr::SrOooPlaced);
       placed = true;
     }
@@ -486,37 +487,38 @@ void sr_ahead(Ctx& c, int32_t d) noexcept {
 // WRITE ONLY: one message), acknowledging the new expected PSN - 1.
 void sr_advance(Engine& e, Qp& q) noexcept {
   RespState& r = q.resp;
-  const int32_t d = psn_diff(r.psn, r.sr_lo);
+  SrResp& x = q.sr->resp;
+  const int32_t d = psn_diff(r.psn, x.lo);
   if (d >= static_cast<int32_t>(kSrWindow)) {
-    r.sr_bits.reset();
+    x.bits.reset();
     r.sr_count = 0;
   } else {
     for (int32_t k = 0; k < d && r.sr_count; ++k) {
-      const uint32_t p = psn_add(r.sr_lo, static_cast<uint32_t>(k));
-      if (r.sr_bits.test(p)) {
-        r.sr_bits.clear(p);
+      const uint32_t p = psn_add(x.lo, static_cast<uint32_t>(k));
+      if (x.bits.test(p)) {
+        x.bits.clear(p);
         --r.sr_count;
       }
     }
   }
   bool moved = false;
-  while (r.sr_count && r.sr_bits.test(r.psn)) {
-    r.sr_bits.clear(r.psn);
+  while (r.sr_count && x.bits.test(r.psn)) {
+    x.bits.clear(r.psn);
     --r.sr_count;
     r.psn = psn_add(r.psn, 1);
     r.msn = (r.msn + 1) & wire::kMask24;
     moved = true;
   }
-  r.sr_lo = r.psn;
+  x.lo = r.psn;
   if (!moved) return;
   r.nak_sent = r.sr_nak_sent = false;
   queue_ack(e, q, kAckSyndrome, psn_add(r.psn, 0xFFFFFF));
   if (r.sr_count) {  // more holes: tell the requester what is still held
     r.sr_sack = true;
-    r.sr_dirty = (1u << kSrWords) - 1;
+    x.dirty = (1u << kSrWords) - 1;
   } else {
     r.sr_sack = false;
-    r.sr_dirty = 0;
+    x.dirty = 0;
   }
 }
 
@@ -567,7 +569,7 @@ void responder_rx(Engine& e, Qp& q, const wire::PacketView& pkt) noexcept {
     return;
   }
   Ctx c{e, q, pkt, *pkt.op, pkt.h.bth.psn, q.type == QpType::RC};
-  if (c.rc && (pkt.h.bth.resv7 & kSrMark) && e.config().selective_repeat) {
+  if (c.rc && (pkt.h.bth.resv7 & kSrMark) && q.sr) {  // q.sr: EngineConfig::selective_repeat
     // A marked request: the peer runs selective repeat and knows us; our
     // requests to it may be marked too (from the next work request on).
     if (!q.req.sr_tx) {
@@ -649,7 +651,7 @@ void responder_rx(Engine& e, Qp& q, const wire::PacketView& pkt) noexcept {
         break;
     }
   }
-  if (q.resp.sr_count) sr_advance(e, q);
+  if (q.resp.sr_count && q.sr) sr_advance(e, q);
 }
 
 namespace {
@@ -739,15 +741,16 @@ bool responder_tx(Engine& e, Qp& q, uint32_t budget) noexcept {
     if ((r.ack_syndrome & wire::kAethKindMask) == wire::kAethAck) e.count(Ctr::AcksSent);
     r.ack_pending = false;
   }
-  if (r.sr_sack) {
+  if (r.sr_sack && q.sr) {
+    SrResp& x = q.sr->resp;
     // SACKs (README): chunk 0 (from ePSN + 1) always, chunks 1-3 when they have
     // news; built from the live bitmap, so one covers every arrival before it.
     for (uint32_t k = 0; k < kSrWords; ++k) {
-      if (k && !((r.sr_dirty >> k) & 1)) continue;
+      if (k && !((x.dirty >> k) & 1)) continue;
       const uint32_t base = psn_add(r.psn, 1 + 64 * k);
       uint64_t bits = 0;
       for (uint32_t j = 0; j < 64 && r.sr_count; ++j)
-        if (r.sr_bits.test(psn_add(base, j))) bits |= uint64_t{1} << j;
+        if (x.bits.test(psn_add(base, j))) bits |= uint64_t{1} << j;
       if (k && !bits) continue;
       if (!e.tx_room()) return true;
       wire::Headers h = q.hdr;
@@ -760,10 +763,10 @@ bool responder_tx(Engine& e, Qp& q, uint32_t budget) noexcept {
       e.end_frame(h, 0);
       q.count_tx(0);
       e.count(Ctr::SrSackSent);
-      r.sr_dirty = static_cast<uint8_t>(r.sr_dirty & ~(1u << k));
+      x.dirty = static_cast<uint8_t>(x.dirty & ~(1u << k));
     }
     r.sr_sack = false;
-    r.sr_dirty = 0;
+    x.dirty = 0;
   }
   return false;
 }

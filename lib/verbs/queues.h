@@ -104,6 +104,7 @@ struct SendWqe {
   Ah ah;                // UD: copy of the address handle
   uint8_t inline_data[kMaxInline];
   bool is_inline = false;
+  bool sr = false;  // RC selective repeat (lib/transport README): its requests are marked, WRITEs go per packet
   WqeState state = WqeState::Posted;
   WcStatus status = WcStatus::Success;
   uint32_t first_psn = 0;
@@ -111,7 +112,6 @@ struct SendWqe {
   uint32_t npkts = 0;
   uint32_t read_pkts_done = 0;  // READ: response packets placed
   uint64_t atomic_orig = 0;
-  bool sr = false;  // RC selective repeat (lib/transport README): its requests are marked, WRITEs go per packet
 
   // A freshly posted WQE: not started, nothing sent or placed yet.
   void mark_posted() noexcept {
