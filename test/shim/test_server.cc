@@ -1009,6 +1009,22 @@ TEST_CASE("quotas: one client cannot take what the others need", "[shim][server]
     CHECK(rc == 0);  // 4 + 56 KiB fit
     free_shared(buf);
   }
+  SECTION("the device reports what one client can create: max_mw windows, then ENOMEM") {
+    ibv_device_attr d{};
+    REQUIRE(hog.conn.call<Op::QueryDevice>({}, d) == 0);
+    CHECK(d.max_qp == 2);
+    CHECK(d.max_cq == 3);
+    CHECK(d.max_srq == 1);
+    CHECK(d.max_mr == 2);
+    CHECK(d.max_ah == 2);
+    REQUIRE(d.max_mw == 2);  // memory windows share the MR quota
+    for (int i = 0; i < d.max_mw; i++) {
+      AllocMwResp r{};
+      CHECK(hog.conn.call<Op::AllocMw>({pd, IBV_MW_TYPE_2}, r) == 0);
+    }
+    AllocMwResp r{};
+    CHECK(hog.conn.call<Op::AllocMw>({pd, IBV_MW_TYPE_2}, r) == -ENOMEM);
+  }
   SECTION("AHs") {
     uint32_t a1 = 0;
     REQUIRE(create_ah(hog, pd, dev_gid(1), &a1) == 0);

@@ -209,7 +209,12 @@ int EngineShimBackend::query_device(uint32_t dev, ibv_device_attr& a) {
   a.max_qp_wr = 4096;
   a.device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_SYS_IMAGE_GUID | IBV_DEVICE_MEM_WINDOW |
                        IBV_DEVICE_MEM_WINDOW_TYPE_2B;
-  a.max_mw = static_cast<int>(transport::EngineConfig{}.max_mws);
+  const transport::EngineConfig ec{};  // droced's dataplane keeps these defaults
+  a.max_mw = static_cast<int>(ec.max_mws);
+  // UD multicast (attach_mcast): groups and QPs per group of the core's engine.
+  a.max_mcast_grp = static_cast<int>(ec.max_mcast_groups);
+  a.max_mcast_qp_attach = static_cast<int>(ec.max_mcast_qps_per_group);
+  a.max_total_mcast_qp_attach = a.max_mcast_grp * a.max_mcast_qp_attach;
   a.max_sge = verbs::kMaxSge;
   a.max_sge_rd = verbs::kMaxSge;
   a.max_cq = static_cast<int>(cfg_.roce.max_qps) * 2;
