@@ -288,6 +288,11 @@ class Engine {
   void flush_queues(Qp& qp, bool send_only = false) noexcept;
   void build_template(Qp& qp) noexcept;
   void reset_transport(Qp& qp) noexcept;
+  // An RC QP entering RTR or later gets max_dest_rd_atomic responder resources
+  // (grown, never shrunk, while the QP lives; freed at RESET). False: no memory.
+  bool reserve_resp_resources(Qp& qp, const verbs::QpAttr& attr, uint32_t mask) noexcept;
+  // The responder's state back to its start, keeping the resource array.
+  static void clear_resp(RespState& r) noexcept;
 
   EngineConfig cfg_;
   io::PacketIo& io_;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 
 #include "transport/dcqcn.h"
 #include "verbs/queues.h"
@@ -81,8 +82,11 @@ struct RespState {
   bool ack_pending = false;
   uint8_t ack_syndrome = 0;
   uint32_t ack_psn = 0;
-  // Resources and their send order.
-  RespResource res[verbs::kMaxRdAtomic];
+  // Resources and their send order. The array exists from RTR on for an RC QP
+  // (Engine::modify_qp sizes it to max_dest_rd_atomic, growing only): a QP
+  // before RTR, UC and UD have none, so an idle QP does not carry 16 of them.
+  std::unique_ptr<RespResource[]> res;
+  uint32_t res_cap = 0;                   // entries in res (>= max_dest_rd_atomic from RTR on)
   uint32_t res_next = 0;                  // slot the next READ/atomic takes
   uint8_t emit_q[verbs::kMaxRdAtomic]{};  // resource indexes waiting to send, FIFO
   uint32_t emit_head = 0, emit_tail = 0;

@@ -164,7 +164,8 @@ RespSt check_resource(Ctx& c) noexcept {
     // it could send this one (max_rd_atomic <= max_dest_rd_atomic), so execute()
     // retires it: the responder keeps the max_dest_rd_atomic newest READ/atomic
     // resources (IBTA 9.7.5; rxe frees the oldest resource for each new one).
-    if (q.attr.max_dest_rd_atomic == 0) return RespSt::ErrInvReq;  // no responder resources at all (a CM may negotiate 0)
+    if (q.attr.max_dest_rd_atomic == 0 || q.resp.res_cap < q.attr.max_dest_rd_atomic)
+      return RespSt::ErrInvReq;  // no responder resources at all (a CM may negotiate 0)
     const RespResource& slot = q.resp.res[q.resp.res_next % q.attr.max_dest_rd_atomic];
     if (slot.active && !slot.replay) return RespSt::ErrInvReq;  // more outstanding than max_dest_rd_atomic
   }
@@ -563,7 +564,7 @@ void read_mr_gone(Engine& e, Qp& q, uint32_t psn) noexcept {
   e.count(Ctr::RespMrGone);
   e.count(Ctr::ErrNakSent);
   ++q.ctr.err_naks_sent;
-  for (auto& x : r.res) x.active = false;
+  for (uint32_t i = 0; i < r.res_cap; ++i) r.res[i].active = false;
   r.emit_head = r.emit_tail = 0;
   r.ack_pending = true;
   r.ack_syndrome = static_cast<uint8_t>(wire::kAethNak | wire::kNakRemoteAccessError);
