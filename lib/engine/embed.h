@@ -1,6 +1,7 @@
 // Embedding API: the droce dataplane as a library an application links and
-// drives from its own poll loop. No threads of its own: every call, and
-// poll(), runs on the application's thread.
+// drives from its own poll loop. No threads of its own unless asked
+// (start_loop_threads, below): every call, and poll(), runs on the
+// application's thread.
 //
 //   engine::EmbedOptions o;
 //   o.device = "net_af_packet0,iface=veth0";
