@@ -537,7 +537,8 @@ void Engine::send_cnp(Qp& q, const wire::PacketView& pkt) noexcept {
   h.l3.ipv6 = pkt.h.l3.ipv6;
   h.l3.src = pkt.h.l3.dst;
   h.l3.dst = pkt.h.l3.src;
-  h.l3.tos = static_cast<uint8_t>(pkt.h.l3.tos & ~wire::kEcnMask);  // CNPs are not ECN-capable
+  h.l3.tos = static_cast<uint8_t>((cfg_.cnp_dscp & 0x3F) << 2);  // CNPs are not ECN-capable
+  if (h.l2.vlan) h.l2.vlan_tci = static_cast<uint16_t>((h.l2.vlan_tci & 0x1FFF) | (cfg_.cnp_prio & 7) << 13);
   h.l4.sport = pkt.h.l4.sport;
   h.bth.opcode = wire::op::CNP;
   h.bth.resv8a = wire::kBthBecn;
@@ -696,7 +697,7 @@ void Engine::rx(io::PktBuf* b) noexcept {
   if (pkt.h.l3.ecn() == wire::kEcnCe) {
     count(Ctr::CeReceived);
     ++q->ctr.ce_received;
-    if (cfg_.ecn) send_cnp(*q, pkt);
+    if (cfg_.cnp) send_cnp(*q, pkt);
   }
   if (op.flags & wire::kOpRequest) {
     responder_rx(*this, *q, pkt);

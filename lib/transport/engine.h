@@ -122,8 +122,17 @@ struct EngineConfig {
   uint32_t min_inflight_pkts = 8;
   uint32_t ack_req_every = 32;        // AckReq at least every N packets of a long message
   uint32_t pkts_per_turn = 32;        // requester packets per QP before moving on (fairness)
-  bool ecn = true;                    // send ECT(0); answer CE with CNPs
-  uint64_t cnp_interval_ns = 50'000;  // at most one CNP per QP per interval
+  // ECN. Reaction side: data packets (requests and responses) leave ECT(0)
+  // when `ecn` is set, Not-ECT otherwise (a switch then never marks them).
+  // Notification point (IBTA annex A17.9.2; NVIDIA's roce_np defaults): a
+  // CE-marked packet makes a CNP to its sender when `cnp` is set, at most one
+  // per QP per cnp_interval_ns (min_time_between_cnps), with DSCP cnp_dscp and,
+  // when the CNP carries a VLAN tag, priority (PCP) cnp_prio; CNPs are Not-ECT.
+  bool ecn = true;
+  bool cnp = true;
+  uint64_t cnp_interval_ns = 4'000;
+  uint8_t cnp_dscp = 48;  // 0..63
+  uint8_t cnp_prio = 6;   // 0..7
   // DCQCN reaction point per RC/UC QP (lib/transport/dcqcn.h): a CNP lowers
   // the QP's rate and the requester paces its packets at it. Off by default
   // until the bottleneck tests of issue 13 set the defaults.
