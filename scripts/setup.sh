@@ -9,7 +9,7 @@ DROCE_PACKAGES=(
   meson ninja-build pkg-config g++ clang libclang-rt-14-dev python3
   dpdk dpdk-dev libdpdk-dev libnuma-dev libibverbs-dev librdmacm-dev ibverbs-utils perftest rdmacm-utils qperf
   libspdlog-dev libfmt-dev catch2 libtomlplusplus-dev libcli11-dev nlohmann-json3-dev libpcap-dev zlib1g-dev liburing-dev
-  tshark iproute2 procps iputils-ping iputils-arping nvme-cli fio python3-pyverbs ucx-utils
+  tshark iproute2 procps iputils-ping iputils-arping nvme-cli fio python3-pyverbs ucx-utils python3-matplotlib
 )
 
 droce_install_packages() {
