@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Runs droce's benchmarks on a release build and prints their tables, each
-# with the baseline it is compared against measured in the same run.
+# with the baseline it is compared against measured in the same run; the
+# sweeps' CSVs are drawn into build/bench-memif.png and bench-af_packet.png
+# (scripts/plot_bench.py).
 #   scripts/bench.sh [seconds-per-case]
 #   scripts/bench.sh nvmf [seconds]   only the NVMe-oF mode (test/bench/bench_nvmf.sh:
 #                                     droce-nvmf-perf against droce-nvmf over memif next to
@@ -16,7 +18,11 @@ if [ "$mode" = nvmf ]; then
   exec bash "$DROCE_ROOT/test/bench/bench_nvmf.sh" "$DROCE_ROOT/build" "${1:-5}"
 fi
 "$DROCE_ROOT/build/test/bench/bench_wire" "${1:-0.5}"
-"$DROCE_ROOT/build/test/bench/bench_transport" "${1:-0.5}"
+"$DROCE_ROOT/build/test/bench/bench_transport" "${1:-0.5}" | tee "$DROCE_ROOT/build/bench-transport.txt"
+# Its QP-count scaling as CSV for the plot.
+{ echo "qps,mpps"
+  sed -n 's/^RC WRITE 64 B over \([0-9]*\) QPs (M\/s) *\([0-9.]*\).*/\1,\2/p' "$DROCE_ROOT/build/bench-transport.txt"
+} >"$DROCE_ROOT/build/bench-transport-qps.csv"
 "$DROCE_ROOT/build/test/bench/bench_ops" "${1:-0.5}"
 "$DROCE_ROOT/build/test/bench/bench_multicore" "${1:-3}"
 for mtu in 1024 4096; do "$DROCE_ROOT/build/test/bench/bench_zero_copy" "${1:-3}" "$mtu"; done
@@ -24,3 +30,5 @@ bash "$DROCE_ROOT/test/bench/bench_port.sh" "$DROCE_ROOT/build" "${DROCE_PORT_BE
 for ptype in memif af_packet; do bash "$DROCE_ROOT/test/bench/bench_dataplane.sh" "$DROCE_ROOT/build" "${1:-3}" "$ptype"; done
 bash "$DROCE_ROOT/test/bench/bench_shim_engine.sh" "$DROCE_ROOT/build" "${1:-3}"
 bash "$DROCE_ROOT/test/bench/bench_nvmf.sh" "$DROCE_ROOT/build" "${1:-3}"
+# The curves (message rate and latency vs size, QP scaling) as PNGs in build/.
+/usr/bin/python3 "$DROCE_ROOT/scripts/plot_bench.py" "$DROCE_ROOT/build"

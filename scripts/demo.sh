@@ -129,7 +129,7 @@ echo "   The figures above are kernel-bound: net_af_packet moves every frame thr
 echo "   a veth, which caps droce and dpdk-testpmd alike (well under 1 Mpps on this kind of machine)."
 echo "   The fast path is net_memif (shared memory between the two processes): droce there, next to"
 echo "   dpdk-testpmd's raw rate and memcpy measured in the same run:"
-bash test/bench/bench_dataplane.sh "$B" 3 memif 1 | sed 's/^/   /'
+BENCH_SWEEP=0 bash test/bench/bench_dataplane.sh "$B" 3 memif 1 | sed 's/^/   /'
 
 if [ -n "$cap_pid" ]; then
   sleep 1

@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <new>
 
 namespace droce::transport {
 
@@ -22,6 +23,8 @@ constexpr const char* kCtrNames[] = {
     "cnp_received",      "cq_overrun",        "tx_zero_copy",      "tx_copied",         "ack_lost_on_destroy",
     "window_cuts",       "rx_bad_rkey",        "rx_bad_va",         "rx_bad_length",
     "resp_mr_gone",      "rx_bad_src_addr",    "rx_mcast",          "rx_mcast_no_group", "mcast_delivered",
+    "sr_ooo_placed",     "sr_dup",             "sr_sack_sent",      "sr_gbn_nak_sent",   "sr_sack_received",
+    "sr_resent",         "sr_fallbacks",       "sr_learned",
 };
 static_assert(std::size(kCtrNames) == static_cast<size_t>(Ctr::kCount));
 }  // namespace
@@ -311,10 +314,36 @@ void Engine::build_template(Qp& q) noexcept {
   h.bth.pkey = wire::kDefaultPkey;
 }
 
+bool Engine::reserve_resp_resources(Qp& q, const verbs::QpAttr& attr, uint32_t mask) noexcept {
+  if (q.type != verbs::QpType::RC) return true;
+  const QpState target = (mask & verbs::kQpState) ? attr.qp_state : q.state;
+  if (target == QpState::Reset || target == QpState::Init || target == QpState::Err) return true;
+  // As apply_attrs will set it: a requested 0 becomes 1.
+  uint32_t n = q.attr.max_dest_rd_atomic;
+  if (mask & verbs::kQpMaxDestRdAtomic) n = attr.max_dest_rd_atomic ? attr.max_dest_rd_atomic : 1;
+  if (n <= q.resp.res_cap) return true;
+  std::unique_ptr<RespResource[]> grown(new (std::nothrow) RespResource[n]);
+  if (!grown) return false;
+  for (uint32_t i = 0; i < q.resp.res_cap; ++i) grown[i] = q.resp.res[i];
+  q.resp.res = std::move(grown);
+  q.resp.res_cap = n;
+  return true;
+}
+
+void Engine::clear_resp(RespState& r) noexcept {
+  std::unique_ptr<RespResource[]> res = std::move(r.res);
+  const uint32_t cap = r.res_cap;
+  r = RespState{};
+  for (uint32_t i = 0; i < cap; ++i) res[i] = RespResource{};
+  r.res = std::move(res);
+  r.res_cap = cap;
+}
+
 void Engine::reset_transport(Qp& q) noexcept {
   q.req = ReqState{};
   q.comp = CompState{};
   q.resp = RespState{};
+  q.sr.reset();
   q.sq.head = q.sq.tail = 0;
   q.rq.head = q.rq.tail = 0;
 }
@@ -326,6 +355,7 @@ int Engine::modify_qp(uint32_t qpn, const verbs::QpAttr& attr, uint32_t mask) no
   if (qpn == kGsiQpn && (mask & verbs::kQpQkey) && attr.qkey != kGsiQkey) return EINVAL;  // QP1's Q_Key is fixed
   if ((mask & verbs::kQpPathMtu) && static_cast<uint8_t>(attr.path_mtu) > static_cast<uint8_t>(cfg_.max_mtu))
     return EINVAL;  // larger than the link carries
+  if (!reserve_resp_resources(*q, attr, mask)) return ENOMEM;  // before any attribute changes
   const QpState old = q->state;
   q->apply_attrs(attr, mask);
   const QpState next = q->state;
@@ -338,13 +368,25 @@ int Engine::modify_qp(uint32_t qpn, const verbs::QpAttr& attr, uint32_t mask) no
     return 0;
   }
   if (next == QpState::Rtr && old == QpState::Init) {
-    q->resp = RespState{};
+    clear_resp(q->resp);
     q->resp.psn = q->attr.rq_psn;
     if (q->type != verbs::QpType::UD) build_template(*q);
+    // Selective repeat (README): its state, and marks toward a peer listed as running it.
+    q->req.sr_tx = false;
+    if (q->sr) *q->sr = Qp::Sr{};
+    if (cfg_.selective_repeat && q->type == verbs::QpType::RC) {
+      if (!q->sr) q->sr.reset(new (std::nothrow) Qp::Sr{});
+      if (q->sr)
+        for (const wire::Gid& g : cfg_.sr_peers)
+          if (g == q->attr.ah_attr.dgid) q->req.sr_tx = true;
+    }
   }
   if (mask & verbs::kQpAv) build_template(*q);
   if (next == QpState::Rts && old == QpState::Rtr) {
+    const bool sr_tx = q->req.sr_tx;
     q->req = ReqState{};
+    q->req.sr_tx = sr_tx;
+    if (q->sr) q->sr->req = SrState{};
     q->req.idx = q->sq.tail;
     q->req.psn = q->req.next_new_psn = q->attr.sq_psn;
     q->comp = CompState{};
@@ -433,7 +475,7 @@ void Engine::qp_to_error(Qp& q, bool keep_responses) noexcept {
   q.comp.deadline = 0;
   q.comp.rnr_wait = false;
   if (!keep_responses) {
-    for (auto& r : q.resp.res) r.active = false;
+    for (uint32_t i = 0; i < q.resp.res_cap; ++i) q.resp.res[i].active = false;
     q.resp.emit_head = q.resp.emit_tail = 0;
   }
   flush_queues(q);

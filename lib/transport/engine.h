@@ -80,6 +80,15 @@ enum class Ctr : uint16_t {
   RxMcast,           // frames to QPN 0xFFFFFF (a multicast group), before fan-out
   RxMcastNoGroup,    // multicast frame dropped: not a multicast address, or no QP of ours attached to it
   McastDelivered,    // copies of multicast frames handed to attached QPs (Q_Key checked after: ud_qkey_drop)
+  // Selective repeat (README: Selective repeat between droce peers).
+  SrOooPlaced,       // responder: marked WRITE ONLY packets placed ahead of the expected PSN
+  SrDup,             // responder: a held PSN arriving again (not placed twice)
+  SrSackSent,        // responder: SACKs sent
+  SrGbnNakSent,      // responder: marked go-back NAKs (an out-of-order packet it could not hold)
+  SrSackReceived,    // requester: SACKs taken
+  SrResent,          // requester: packets resent selectively
+  SrFallbacks,       // requester: a listed peer answered a marked request with a plain NAK: marks stop
+  SrLearned,         // a QP saw a marked request from its peer and marks its own from then on
   kCount
 };
 const char* ctr_name(Ctr c) noexcept;
@@ -138,6 +147,13 @@ struct EngineConfig {
   // until the bottleneck tests of issue 13 set the defaults.
   bool dcqcn = false;
   dcqcn::Params dcqcn_params;
+  // Selective repeat between droce peers (README): off by default. When on, an
+  // RC QP marks its requests (BTH resv7 bit 0x40) and repairs losses
+  // selectively toward a peer whose GID is in sr_peers, or that marked a request
+  // to it first; it accepts out-of-order WRITE packets of marked requests and
+  // answers them with SACKs. Toward any other peer nothing changes on the wire.
+  bool selective_repeat = false;
+  std::vector<wire::Gid> sr_peers;
   uint64_t timer_scan_ns = 2'000;     // how often timers are looked at
   uint32_t timer_scan_batch = 64;     // QPs looked at per scan (round robin), bounding the cost of a poll
   // Zero-copy TX: payloads of at least this many bytes from an MR with a
@@ -297,6 +313,11 @@ class Engine {
   void flush_queues(Qp& qp, bool send_only = false) noexcept;
   void build_template(Qp& qp) noexcept;
   void reset_transport(Qp& qp) noexcept;
+  // An RC QP entering RTR or later gets max_dest_rd_atomic responder resources
+  // (grown, never shrunk, while the QP lives; freed at RESET). False: no memory.
+  bool reserve_resp_resources(Qp& qp, const verbs::QpAttr& attr, uint32_t mask) noexcept;
+  // The responder's state back to its start, keeping the resource array.
+  static void clear_resp(RespState& r) noexcept;
 
   EngineConfig cfg_;
   io::PacketIo& io_;

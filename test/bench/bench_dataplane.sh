@@ -17,6 +17,12 @@
 # fast path, where the stack's own cost shows; MTU 4096 with 8 KiB buffers).
 # Each case runs ROUNDS times, droce and its baseline alternating; the medians
 # are printed and written as CSV to BUILD_DIR/bench-dataplane-PORT.csv.
+# Then (BENCH_SWEEP=0 skips it) one sweep per curve, for the plots of
+# scripts/plot_bench.py, each a CSV in BUILD_DIR:
+#   bench-size-PORT.csv  RC WRITE messages/s and Gb/s at sizes 2 B .. 64 KiB (1 s each)
+#   bench-lat-PORT.csv   WRITE ping-pong half RTT percentiles at 2 B .. 4 KiB, and
+#                        raw_ethernet_lat at 64 B .. 1 KiB frames, same run
+#   bench-qps-PORT.csv   64 B WRITE messages/s with 1, 4 and 16 QPs
 #   bench_dataplane.sh BUILD_DIR [SECONDS] [af_packet|memif] [ROUNDS]
 set -euo pipefail
 build=$1
@@ -93,7 +99,7 @@ awk -v raw="$raw" -v m="$w64" -v ok="$(ok_all ${ok[w64]})" -v q2="$q2" -v q2ok="
 function row(name, d, b, unit, fmt, okk,   ratio) {
   ratio = (b > 0 ? sprintf("%.3f", d / b) : "n/a")
   printf "%-46s " fmt " %-5s " fmt " %-5s %7s  (data %s)\n", name, d, unit, b, unit, ratio, okk
-  printf "%s,%s,%s,%s,%s,%s,%s\n", pt, name, d, b, unit, ratio, okk >> csv
+  printf "%s,\"%s\",%s,%s,%s,%s,%s\n", pt, name, d, b, unit, ratio, okk >> csv
 }
 BEGIN {
   printf "== droce dataplane vs baselines (net_%s, 1 lcore per side, %s s runs, median of %s alternating rounds)\n", pt, secs, rounds
@@ -112,3 +118,30 @@ fi
 grep -E 'transport:' "$tmp/w64.log" | sed 's/^/  64 B run:   /' || true
 grep -E 'transport:' "$tmp/w64k.log" | sed 's/^/  64 KiB run: /' || true
 grep -E 'transport:' "$tmp/w64kc.log" | sed 's/^/  64 KiB copy: /' || true
+
+[ "${BENCH_SWEEP:-1}" = 0 ] && exit 0
+# ---- sweeps for the plots (one run each; scripts/plot_bench.py draws them)
+secs_saved=$secs
+secs=20  # droce_perf_run's timeout is secs + 30: the -a sweeps run 16 sizes of 1 s
+droce_perf_run "$tmp/size.log" 1 write_bw -a --max-size 65536 -D 1 -t 128 --window 128 -m "$mtu"
+echo "port,size,mpps,gbps,data" >"$build/bench-size-$ptype.csv"
+awk -v pt="$ptype" '$1 ~ /^[0-9]+$/ && NF >= 5 {printf "%s,%s,%s,%s,%s\n", pt, $1, $4, $3, $5}' "$tmp/size.log" \
+  >>"$build/bench-size-$ptype.csv"
+droce_perf_run "$tmp/lat-a.log" 1 write_lat -a --max-size 4096 -n 5000 -m "$mtu"
+echo "port,kind,size,min,typical,p99,p999,data" >"$build/bench-lat-$ptype.csv"
+# latency columns: size iters t_min t_max t_typical t_avg p99 p99.9 result
+awk -v pt="$ptype" '$1 ~ /^[0-9]+$/ && NF >= 9 {printf "%s,droce,%s,%s,%s,%s,%s,%s\n", pt, $1, $3, $5, $7, $8, $9}' \
+  "$tmp/lat-a.log" >>"$build/bench-lat-$ptype.csv"
+for sz in 64 256 1024; do
+  droce_perf_run "$tmp/rawlat-$sz.log" 1 raw_ethernet_lat -s "$sz" -n 5000
+  awk -v pt="$ptype" '$1 ~ /^[0-9]+$/ && NF >= 9 {printf "%s,raw,%s,%s,%s,%s,%s,%s\n", pt, $1, $3, $5, $7, $8, $9}' \
+    "$tmp/rawlat-$sz.log" >>"$build/bench-lat-$ptype.csv"
+done
+secs=$secs_saved
+echo "port,qps,mpps,data" >"$build/bench-qps-$ptype.csv"
+for nq in 1 4 16; do
+  droce_perf_run "$tmp/qps-$nq.log" 1 write_bw -s 64 -D "$secs" -q "$nq" -t 128 --window 128
+  awk -v pt="$ptype" -v nq="$nq" '$1 ~ /^[0-9]+$/ && NF >= 5 {printf "%s,%s,%s,%s\n", pt, nq, $4, $5}' "$tmp/qps-$nq.log" |
+    tail -1 >>"$build/bench-qps-$ptype.csv"
+done
+echo "  (sweeps: $build/bench-size-$ptype.csv, bench-lat-$ptype.csv, bench-qps-$ptype.csv; scripts/plot_bench.py draws them)"
