@@ -92,6 +92,8 @@ void DataplaneComponent::start() {
   dc.engine.max_qps = cfg.roce.max_qps;
   dc.engine.max_mrs = cfg.roce.max_mrs;
   dc.engine.max_inflight_pkts = 64;
+  dc.engine.selective_repeat = cfg.roce.selective_repeat;
+  for (const auto& g : cfg.roce.selective_repeat_peers) dc.engine.sr_peers.push_back(g);
   dc.registry = &ctx_.registry;
   dc.core_counters = ctx_.core_counters.get();
   try {

@@ -120,8 +120,16 @@ uint16_t Port::tx_burst(io::PktBuf** bufs, uint16_t n) noexcept {
     return 0;
   }
   const uint64_t now = L.clock_.now_ns();
+  tx_ready_ns_ = 0;
   for (uint16_t i = 0; i < n; ++i) {
     io::PktBuf* b = bufs[i];
+    if (tx_rate_bps_ && tx_backlog_bytes_) {  // a full TX ring takes no more
+      const uint64_t room_ns = tx_backlog_bytes_ > b->len ? (tx_backlog_bytes_ - b->len) * 8'000'000'000ull / tx_rate_bps_ : 0;
+      if (tx_next_ > now + room_ns) {
+        tx_ready_ns_ = tx_next_ - room_ns;
+        return i;
+      }
+    }
     L.count(Counter::TxFrames);
     if (L.recording_) L.recorded_.push_back({now, index_, std::vector<uint8_t>(b->data, b->data + b->len)});
     // Route by destination MAC.

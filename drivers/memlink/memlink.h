@@ -96,12 +96,22 @@ class Port final : public io::PacketIo {
     rx_backlog_ = backlog;
   }
   // Frames this port sends leave it at most at rate_bps (its line rate); 0: at once.
-  void set_tx_rate(uint64_t rate_bps) noexcept { tx_rate_bps_ = rate_bps; }
+  // backlog_bytes > 0 bounds what waits for the line, as a NIC's TX ring does:
+  // tx_burst takes a frame only while the bytes not yet on the wire plus the
+  // frame fit, and stops there (a partial burst: the sender keeps the rest).
+  void set_tx_rate(uint64_t rate_bps, uint64_t backlog_bytes = 0) noexcept {
+    tx_rate_bps_ = rate_bps;
+    tx_backlog_bytes_ = backlog_bytes;
+  }
+  // After a burst this port cut short: when the frame it refused would fit (0: none refused).
+  uint64_t tx_ready_ns() const noexcept { return tx_ready_ns_; }
   // The queue of frames toward this port (Bottleneck above).
   void set_bottleneck(const Bottleneck& b) noexcept { bn_ = b; }
   // Bytes queued in front of this port at time `now`, and the most ever seen.
   uint64_t bottleneck_queue_bytes(uint64_t now) const noexcept;
   uint64_t bottleneck_max_queue_bytes() const noexcept { return bn_max_q_; }
+  // Starts the maximum over again (a test's measurement window after warm-up).
+  void reset_bottleneck_max_queue() noexcept { bn_max_q_ = 0; }
   uint16_t index() const noexcept { return index_; }
   size_t in_flight() const noexcept { return heap_len_ + (fifo_head_ - fifo_tail_); }
 
@@ -125,6 +135,8 @@ class Port final : public io::PacketIo {
   uint64_t rx_next_ = 0;  // earliest delivery time of the next frame under the limit
   uint64_t tx_rate_bps_ = 0;
   uint64_t tx_next_ = 0;  // when this port's line is free again
+  uint64_t tx_backlog_bytes_ = 0;
+  uint64_t tx_ready_ns_ = 0;
   Bottleneck bn_;
   uint64_t bn_next_ = 0;  // when the bottleneck queue toward this port has drained
   uint64_t bn_max_q_ = 0;

@@ -354,6 +354,21 @@ void read_roce(Reader& r, RoceConfig& c) {
   r.integer_into("max_qps", c.max_qps, 1, 1 << 20);
   r.integer_into("max_mrs", c.max_mrs, 1, 1 << 20);
   r.integer_into("mr_memory_mb", c.mr_memory_mb, 1, 1 << 20);
+  r.boolean_into("selective_repeat", c.selective_repeat);
+  if (auto v = r.strings("selective_repeat_peers")) {
+    for (size_t i = 0; i < v->size(); ++i) {
+      std::array<uint8_t, 16> g{};
+      std::array<uint8_t, 4> v4{};
+      if (inet_pton(AF_INET, (*v)[i].c_str(), v4.data()) == 1) {
+        g[10] = g[11] = 0xFF;  // IPv4-mapped, as RoCEv2 GIDs of IPv4 addresses
+        std::copy(v4.begin(), v4.end(), g.begin() + 12);
+      } else if (inet_pton(AF_INET6, (*v)[i].c_str(), g.data()) != 1) {
+        r.fail_key("selective_repeat_peers[" + std::to_string(i) + "]",
+                   quote((*v)[i]) + " is not an IPv4 or IPv6 address");
+      }
+      c.selective_repeat_peers.push_back(g);
+    }
+  }
   r.finish();
 }
 

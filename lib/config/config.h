@@ -91,6 +91,10 @@ struct RoceConfig {
   uint32_t max_qps = 1024;
   uint32_t max_mrs = 1024;
   uint64_t mr_memory_mb = 256;  // hugepage memory for memory regions
+  // Selective repeat between droce peers (lib/transport/README.md): off by
+  // default; the peers known to run it, as 16-byte GIDs (IPv4 ones IPv4-mapped).
+  bool selective_repeat = false;
+  std::vector<std::array<uint8_t, 16>> selective_repeat_peers;
 };
 
 struct ControlConfig {

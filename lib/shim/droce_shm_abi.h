@@ -16,7 +16,7 @@
  *         | ring 0  (QP: send queue, SRQ: receive queue, CQ: completions)|
  *         |  +0    line 0: prod   (written by the producer only)         |
  *         |  +64   line 1: cons   (written by the consumer only)         |
- *         |  +128  line 2: notify (CQ: armed / events; unused otherwise) |
+ *         |  +128  line 2: notify (CQ: armed / events; receive: done)   |
  *         |  +192  line 3: geometry (magic, entries, entry_size, ...)    |
  *         |  +256  entry[0] | entry[1] | ... | entry[entries-1]         |
  *         +==============================================================+
@@ -55,6 +55,17 @@
  *    request's completion. So a program that has reaped the completion of a
  *    work request always finds its slot free again.
  *
+ *  receive depth (the verbs rule "max_recv_wr outstanding receives")
+ *    A receive WQE stays outstanding after the daemon has copied it out of
+ *    the ring (cons): the engine holds it until a message completes it or
+ *    the QP flushes it. On a receive ring (QP or SRQ) the daemon publishes
+ *    `done` (line 2; RELEASE), the index of the first WQE it has not finished
+ *    yet (completed, flushed, dropped, or taken by a QP from an SRQ, where
+ *    rxe frees the slot too). done <= cons, and it moves forward only. The
+ *    client's producer follows done instead of cons (ACQUIRE), so
+ *    ibv_post_recv / ibv_post_srq_recv fail with ENOMEM while prod - done
+ *    equals the ring size (max_recv_wr / max_wr), as a kernel device does.
+ *
  *  CQ notification (ibv_req_notify_cq, completion channels)
  *    armed  : client stores DROCE_CQ_ARM_NEXT or DROCE_CQ_ARM_SOLICITED
  *             (SEQ_CST); the daemon, after publishing a CQE (release store
@@ -90,7 +101,7 @@ extern "C" {
 
 #define DROCE_SHM_MAGIC 0x48535244u /* "DRSH" little-endian */
 #define DROCE_SHM_RING_MAGIC 0x474e5244u /* "DRNG" */
-#define DROCE_SHM_ABI_VERSION 1u
+#define DROCE_SHM_ABI_VERSION 2u /* 2: receive rings' done index */
 
 /* Limits that the entry sizes below fix. */
 #define DROCE_SHM_MAX_SGE 8         /* per send or receive work request */
@@ -136,7 +147,8 @@ struct droce_shm_ring_hdr {
   uint32_t armed DROCE_SHM_ALIGNED; /* enum droce_cq_arm; client sets, daemon clears */
   uint32_t events;                  /* daemon increments per event delivered */
   uint32_t overflows;               /* daemon increments when a CQE found the ring full */
-  uint32_t notify_pad[13];
+  uint32_t done;                    /* receive rings: WQEs the daemon finished (see the top) */
+  uint32_t notify_pad[12];
   /* line 3: geometry, written once by the daemon. */
   uint32_t magic DROCE_SHM_ALIGNED; /* DROCE_SHM_RING_MAGIC */
   uint32_t kind;                    /* enum droce_shm_ring_kind */

@@ -55,17 +55,20 @@ class RingProducer {
   RingProducer() = default;
   // entries: the size the attaching side agreed on (the daemon's own record,
   // or the create response for the client); the shared geometry line is
-  // not trusted. Starts from the current shared indexes.
-  bool attach(droce_shm_ring_hdr* h, uint32_t entries) {
+  // not trusted. Starts from the current shared indexes. follow_done (receive
+  // rings, droce_shm_abi.h "receive depth"): a slot is free again only when
+  // the consumer has finished its WQE (`done`), not when it copied it (`cons`).
+  bool attach(droce_shm_ring_hdr* h, uint32_t entries, bool follow_done = false) {
     if (h == nullptr || !ring_geometry_ok(entries)) return false;
     hdr_ = h;
     slots_ = ring_entries<Entry>(h);
     size_ = entries;
     mask_ = entries - 1;
+    follow_ = follow_done ? &h->done : &h->cons;
     // relaxed: we are the only writer of prod.
     prod_ = std::atomic_ref<uint32_t>(h->prod).load(std::memory_order_relaxed);
-    // acquire: pairs with the consumer's release of cons.
-    cons_cache_ = std::atomic_ref<uint32_t>(h->cons).load(std::memory_order_acquire);
+    // acquire: pairs with the consumer's release of cons (or done).
+    cons_cache_ = std::atomic_ref<uint32_t>(*follow_).load(std::memory_order_acquire);
     corrupt_ = (prod_ - cons_cache_) > size_;
     return !corrupt_;
   }
@@ -78,8 +81,9 @@ class RingProducer {
     uint32_t used = prod_ - cons_cache_;
     if (size_ - used < want && !corrupt_) {
       // ACQUIRE: the consumer finished reading the slots it returned before
-      // its release store of cons; we may overwrite them now.
-      uint32_t c = std::atomic_ref<uint32_t>(hdr_->cons).load(std::memory_order_acquire);
+      // its release store of cons (done <= cons: before done too); we may
+      // overwrite them now.
+      uint32_t c = std::atomic_ref<uint32_t>(*follow_).load(std::memory_order_acquire);
       if (prod_ - c > size_) {
         corrupt_ = true;
       } else {
@@ -113,10 +117,11 @@ class RingProducer {
 
  private:
   droce_shm_ring_hdr* hdr_ = nullptr;
+  uint32_t* follow_ = nullptr;  // &hdr_->cons, or &hdr_->done (receive rings)
   Entry* slots_ = nullptr;
   uint32_t size_ = 0, mask_ = 0;
   uint32_t prod_ = 0;        // private copy; we are the only writer
-  uint32_t cons_cache_ = 0;  // last consumer index seen
+  uint32_t cons_cache_ = 0;  // last consumer (or done) index seen
   bool corrupt_ = false;
 };
 
@@ -240,6 +245,13 @@ inline int ring_move_unread(RingProducer<Entry>& from, droce_shm_ring_hdr* to, u
   // RELEASE: the copied entries are visible with prod.
   std::atomic_ref<uint32_t>(to->prod).store(n, std::memory_order_release);
   return from.attach(to, to_entries) ? 0 : -EIO;
+}
+
+// Receive rings, daemon side: publishes `done` (droce_shm_abi.h, "receive
+// depth"), the first WQE not finished yet; done <= cons, never backwards.
+// RELEASE: our reads of the slots below it happen-before the client reuses them.
+inline void recv_ring_set_done(droce_shm_ring_hdr* h, uint32_t done) {
+  std::atomic_ref<uint32_t>(h->done).store(done, std::memory_order_release);
 }
 
 // CQ notification, daemon side: called after publishing CQEs (the release

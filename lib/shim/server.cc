@@ -170,6 +170,28 @@ struct ServerOps {
     return rc;
   }
 
+  // What one client can create: the device's object counts, capped by the
+  // client's quotas (a create beyond a quota fails with ENOMEM, so reporting
+  // more would be untrue; memory windows share the MR quota).
+  void cap_to_quotas(ibv_device_attr& a) const {
+    const auto cap = [](int& v, uint64_t q) {
+      if (q < static_cast<uint64_t>(INT32_MAX) && static_cast<uint64_t>(std::max(v, 0)) > q) v = static_cast<int>(q);
+    };
+    const ShimServerConfig& k = s.cfg_;
+    cap(a.max_qp, k.max_qps_per_client);
+    cap(a.max_cq, k.max_cqs_per_client);
+    cap(a.max_srq, k.max_srqs_per_client);
+    cap(a.max_mr, k.max_mrs_per_client);
+    cap(a.max_mw, k.max_mrs_per_client);
+    cap(a.max_ah, k.max_ahs_per_client);
+    cap(a.max_pd, k.max_objects_per_client);
+  }
+  int query_device(ibv_device_attr& r) {
+    if (int rc = s.backend_.query_device(c.info.dev, r)) return rc;
+    cap_to_quotas(r);
+    return 0;
+  }
+
   int open_device(const OpenDeviceReq& q, OpenDeviceResp& r) {
     if (c.opened) return -EALREADY;
     if (q.abi_version != DROCE_SHM_ABI_VERSION) return -EPROTO;
@@ -177,6 +199,7 @@ struct ServerOps {
     int rc = s.backend_.device_info(q.index, r.info);
     if (rc == 0) rc = s.backend_.query_device(q.index, c.dev_attr);
     if (rc != 0) return rc;
+    cap_to_quotas(c.dev_attr);
     c.info.dev = q.index;
     c.opened = true;
     return 0;
@@ -742,7 +765,7 @@ bool ShimServer::handle(Client& c, const uint8_t* in, size_t n, const int* fds, 
     switch (op) {
       case Op::ListDevices: run.operator()<Op::ListDevices>([&](ListDevicesResp& r) { return ops.list_devices(r); }); break;
       case Op::OpenDevice: run.operator()<Op::OpenDevice>([&](const OpenDeviceReq& q, OpenDeviceResp& r) { return ops.open_device(q, r); }); break;
-      case Op::QueryDevice: run.operator()<Op::QueryDevice>([&](ibv_device_attr& r) { return backend_.query_device(c.info.dev, r); }); break;
+      case Op::QueryDevice: run.operator()<Op::QueryDevice>([&](ibv_device_attr& r) { return ops.query_device(r); }); break;
       case Op::QueryPort: run.operator()<Op::QueryPort>([&](const PortReq& q, ibv_port_attr& r) {
           if (q.port < 1 || q.port > c.dev_attr.phys_port_cnt) return -EINVAL;
           int e = backend_.query_port(c.info.dev, q.port, r);

@@ -223,6 +223,71 @@ CompSt on_atomic_ack(Engine& e, Qp& q, const wire::PacketView& pkt) noexcept {
   return CompSt::Drop;
 }
 
+// Selective repeat: a SACK (README). BTH PSN = the responder's expected PSN
+// (everything below received), AETH MSN = base PSN of a 64-PSN chunk, the
+// AtomicAckETH = which PSNs of [base, base + 64) it holds.
+void on_sack(Engine& e, Qp& q, const wire::PacketView& pkt) noexcept {
+  const uint32_t epsn = pkt.h.bth.psn;
+  if (!q.sr || !q.rts_like() || wire::psn_lt(epsn, q.comp.psn) || wire::psn_ge(epsn, q.req.next_new_psn)) {
+    e.count(Ctr::GhostResponse);  // stale (overtaken by later acknowledgements) or for nothing sent
+    return;
+  }
+  e.count(Ctr::SrSackReceived);
+  if (wire::psn_gt(epsn, q.comp.psn) && ack_through(e, q, psn_add(epsn, 0xFFFFFF)) != kNoRewind)
+    return;  // a READ/atomic went unanswered: go-back-N from it (scoreboard cleared)
+  SrState& s = q.sr->req;
+  if (s.episode && !wire::psn_lt(q.comp.psn, s.high) && wire::psn_gt(q.comp.psn, s.missing))
+    s.episode = false;  // the last loss is repaired: this SACK starts a new one
+  if (!s.episode) {
+    s.episode = true;
+    s.held.reset();
+    s.resent.reset();
+    s.lo = s.high = q.comp.psn;
+    window_cut(e, q, false);  // once per loss episode, as a NAK does for go-back-N
+  } else {
+    // Forget PSNs acknowledged since (the ring bitmaps cover kSrWindow PSNs from lo).
+    const int32_t d = wire::psn_diff(q.comp.psn, s.lo);
+    if (d >= static_cast<int32_t>(kSrWindow)) {
+      s.held.reset();
+      s.resent.reset();
+    } else {
+      for (int32_t k = 0; k < d; ++k) {
+        s.held.clear(psn_add(s.lo, static_cast<uint32_t>(k)));
+        s.resent.clear(psn_add(s.lo, static_cast<uint32_t>(k)));
+      }
+    }
+    if (d > 0) s.lo = q.comp.psn;
+    if (wire::psn_lt(s.high, s.lo)) s.high = s.lo;
+  }
+  s.missing = epsn;
+  const uint32_t base = pkt.h.ext.aeth.msn & wire::kMask24;
+  const uint64_t bits = pkt.h.ext.atomic_orig;
+  bool after_mark = false;
+  for (uint32_t j = 0; j < 64; ++j) {
+    if (!((bits >> j) & 1)) continue;
+    const uint32_t p = psn_add(base, j);
+    const int32_t off = wire::psn_diff(p, s.lo);
+    if (off <= 0 || off >= static_cast<int32_t>(kSrWindow) || !wire::psn_lt(p, q.req.next_new_psn)) continue;
+    s.held.set(p);
+    if (!wire::psn_lt(p, s.high)) s.high = psn_add(p, 1);
+    after_mark |= s.marked && wire::psn_ge(p, s.mark);
+  }
+  if (after_mark) {
+    // The responder holds a packet first sent after our last resends, yet
+    // still misses some of them: on a link that keeps order they were lost
+    // again, so they may go once more (without waiting for the ACK timeout).
+    s.marked = false;
+    for (uint32_t p = s.lo, n = 0; wire::psn_lt(p, s.mark) && n < kSrWindow; p = psn_add(p, 1), ++n)
+      if (s.resent.test(p) && !s.held.test(p)) s.resent.clear(p);
+  }
+  s.pending = true;
+  // The responder is alive and taking packets: the ACK timer restarts (the
+  // retry count is not restored: a lost resend ends in a timeout and go-back-N).
+  const uint64_t to = verbs::ack_timeout_ns(q.attr.timeout);
+  if (to) q.comp.deadline = e.now() + to;
+  e.req_ready(q);
+}
+
 }  // namespace
 
 void completer_retire(Engine& e, Qp& q) noexcept {
@@ -262,6 +327,12 @@ void completer_rx(Engine& e, Qp& q, const wire::PacketView& pkt) noexcept {
   const uint32_t psn = pkt.h.bth.psn;
   const wire::OpcodeInfo& op = *pkt.op;
   const uint8_t syn = pkt.h.ext.aeth.syndrome;
+  if ((pkt.h.bth.resv7 & kSrMark) && pkt.h.bth.opcode == wire::op::RC_ATOMIC_ACKNOWLEDGE &&
+      q.type == verbs::QpType::RC) {
+    on_sack(e, q, pkt);  // only a droce peer we marked requests to sends these
+    completer_retire(e, q);
+    return;
+  }
   CompSt st = CompSt::CheckPsn;
   while (st != CompSt::Done) {
     switch (st) {
@@ -331,6 +402,15 @@ void completer_rx(Engine& e, Qp& q, const wire::PacketView& pkt) noexcept {
         if (code == wire::kNakPsnSeqError) {
           e.count(Ctr::SeqNakReceived);
           ++q.ctr.seq_naks_received;
+          if (q.req.sr_tx && !(pkt.h.bth.resv7 & kSrMark)) {
+            // A plain NAK to a marked request: the peer does not run selective
+            // repeat (it ignored the mark): stop marking, go-back-N from here on.
+            const SendWqe* m = wqe_at(q, psn);
+            if (m && m->sr) {
+              q.req.sr_tx = false;
+              e.count(Ctr::SrFallbacks);
+            }
+          }
           // Already going back to psn, or to an earlier unanswered READ/atomic (which covers psn).
           if (q.comp.last_retry_psn == psn || rewound != kNoRewind) {
             st = CompSt::Retire;

@@ -53,7 +53,7 @@ void ReactionPoint::decrease(uint64_t at) noexcept {
   if (p_.clamp_tgt_rate || (p_.clamp_tgt_rate_after_time_inc && time_inc_)) rt_ = rc_;
   const uint32_t cut = std::min<uint32_t>(alpha_ / 2, p_.min_dec_fac_pct * kOne / 100);
   const uint64_t dec = static_cast<uint64_t>(rc_) * cut / kOne;
-  rc_ = std::max<uint32_t>(p_.min_rate_kbps, static_cast<uint32_t>(rc_ - dec));
+  set_rate(std::max<uint32_t>(p_.min_rate_kbps, static_cast<uint32_t>(rc_ - dec)), at);
   t_ = bc_ = 0;
   bytes_ = 0;
   time_inc_ = false;
@@ -66,7 +66,7 @@ void ReactionPoint::decrease(uint64_t at) noexcept {
 // Fast recovery while either stage is below the threshold, hyper increase
 // once both are past it, additive between; the stages count the events
 // before this one.
-void ReactionPoint::increase_event() noexcept {
+void ReactionPoint::increase_event(uint64_t at) noexcept {
   const uint32_t hi = std::max(t_, bc_), lo = std::min(t_, bc_);
   if (hi >= p_.threshold) {
     uint32_t step = p_.ai_rate_kbps;
@@ -76,10 +76,19 @@ void ReactionPoint::increase_event() noexcept {
     }
     rt_ = static_cast<uint32_t>(std::min<uint64_t>(static_cast<uint64_t>(rt_) + step, p_.line_rate_kbps));
   }
-  rc_ += (rt_ - std::min(rc_, rt_) + 1) / 2;  // halfway to the target, rounded up
-  if (rc_ > rt_) rc_ = rt_;
+  set_rate(std::min(rt_, rc_ + (rt_ - std::min(rc_, rt_) + 1) / 2), at);  // halfway to the target, rounded up
   ++ctr_.increases;
   if (rc_ >= p_.line_rate_kbps) active_ = false;  // back at line rate: unlimited
+}
+
+// The pacer owes the wire the bytes it let go ahead of time (next_send_ns_ in
+// the future at the old rate): at a new rate they take proportionally less
+// or more time, so a QP slowed to the minimum rate is not held for
+// milliseconds after its rate came back.
+void ReactionPoint::set_rate(uint32_t kbps, uint64_t at) noexcept {
+  if (active_ && next_send_ns_ > at && kbps != rc_)
+    next_send_ns_ = at + (next_send_ns_ - at) * rc_ / kbps;
+  rc_ = kbps;
 }
 
 void ReactionPoint::update_alpha() noexcept {
@@ -104,7 +113,7 @@ void ReactionPoint::advance(uint64_t now) noexcept {
     } else if (at == dec_at) {
       decrease(dec_at);
     } else {
-      increase_event();
+      increase_event(next_timer_ns_);
       ++t_;
       time_inc_ = true;
       next_timer_ns_ += p_.time_reset_ns;
@@ -113,7 +122,7 @@ void ReactionPoint::advance(uint64_t now) noexcept {
   if (active_) {  // a long idle time: the timer's recovery, bounded, then skip to now
     next_alpha_ns_ = std::max(next_alpha_ns_, now);
     for (uint32_t steps = 0; active_ && next_timer_ns_ <= now && steps < kMaxSteps; ++steps) {
-      increase_event();
+      increase_event(next_timer_ns_);
       ++t_;
       time_inc_ = true;
       next_timer_ns_ += p_.time_reset_ns;
@@ -132,7 +141,7 @@ void ReactionPoint::on_sent(uint64_t now, uint64_t bytes) noexcept {
   bytes_ += bytes;
   while (active_ && bytes_ >= p_.byte_reset) {
     bytes_ -= p_.byte_reset;
-    increase_event();
+    increase_event(now);
     ++bc_;
   }
 }

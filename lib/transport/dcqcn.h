@@ -77,7 +77,8 @@ class ReactionPoint {
 
  private:
   void decrease(uint64_t at) noexcept;
-  void increase_event() noexcept;
+  void increase_event(uint64_t at) noexcept;
+  void set_rate(uint32_t kbps, uint64_t at) noexcept;
   void update_alpha() noexcept;
 
   Params p_{};

@@ -23,6 +23,8 @@ constexpr const char* kCtrNames[] = {
     "cnp_received",      "cq_overrun",        "tx_zero_copy",      "tx_copied",         "ack_lost_on_destroy",
     "window_cuts",       "rx_bad_rkey",        "rx_bad_va",         "rx_bad_length",
     "resp_mr_gone",      "rx_bad_src_addr",    "rx_mcast",          "rx_mcast_no_group", "mcast_delivered",
+    "sr_ooo_placed",     "sr_dup",             "sr_sack_sent",      "sr_gbn_nak_sent",   "sr_sack_received",
+    "sr_resent",         "sr_fallbacks",       "sr_learned",
 };
 static_assert(std::size(kCtrNames) == static_cast<size_t>(Ctr::kCount));
 }  // namespace
@@ -341,6 +343,7 @@ void Engine::reset_transport(Qp& q) noexcept {
   q.req = ReqState{};
   q.comp = CompState{};
   q.resp = RespState{};
+  q.sr.reset();
   q.sq.head = q.sq.tail = 0;
   q.rq.head = q.rq.tail = 0;
 }
@@ -368,10 +371,22 @@ int Engine::modify_qp(uint32_t qpn, const verbs::QpAttr& attr, uint32_t mask) no
     clear_resp(q->resp);
     q->resp.psn = q->attr.rq_psn;
     if (q->type != verbs::QpType::UD) build_template(*q);
+    // Selective repeat (README): its state, and marks toward a peer listed as running it.
+    q->req.sr_tx = false;
+    if (q->sr) *q->sr = Qp::Sr{};
+    if (cfg_.selective_repeat && q->type == verbs::QpType::RC) {
+      if (!q->sr) q->sr.reset(new (std::nothrow) Qp::Sr{});
+      if (q->sr)
+        for (const wire::Gid& g : cfg_.sr_peers)
+          if (g == q->attr.ah_attr.dgid) q->req.sr_tx = true;
+    }
   }
   if (mask & verbs::kQpAv) build_template(*q);
   if (next == QpState::Rts && old == QpState::Rtr) {
+    const bool sr_tx = q->req.sr_tx;
     q->req = ReqState{};
+    q->req.sr_tx = sr_tx;
+    if (q->sr) q->sr->req = SrState{};
     q->req.idx = q->sq.tail;
     q->req.psn = q->req.next_new_psn = q->attr.sq_psn;
     q->comp = CompState{};
@@ -564,7 +579,8 @@ void Engine::send_cnp(Qp& q, const wire::PacketView& pkt) noexcept {
   h.l3.ipv6 = pkt.h.l3.ipv6;
   h.l3.src = pkt.h.l3.dst;
   h.l3.dst = pkt.h.l3.src;
-  h.l3.tos = static_cast<uint8_t>(pkt.h.l3.tos & ~wire::kEcnMask);  // CNPs are not ECN-capable
+  h.l3.tos = static_cast<uint8_t>((cfg_.cnp_dscp & 0x3F) << 2);  // CNPs are not ECN-capable
+  if (h.l2.vlan) h.l2.vlan_tci = static_cast<uint16_t>((h.l2.vlan_tci & 0x1FFF) | (cfg_.cnp_prio & 7) << 13);
   h.l4.sport = pkt.h.l4.sport;
   h.bth.opcode = wire::op::CNP;
   h.bth.resv8a = wire::kBthBecn;
@@ -723,7 +739,7 @@ void Engine::rx(io::PktBuf* b) noexcept {
   if (pkt.h.l3.ecn() == wire::kEcnCe) {
     count(Ctr::CeReceived);
     ++q->ctr.ce_received;
-    if (cfg_.ecn) send_cnp(*q, pkt);
+    if (cfg_.cnp) send_cnp(*q, pkt);
   }
   if (op.flags & wire::kOpRequest) {
     responder_rx(*this, *q, pkt);

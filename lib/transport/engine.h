@@ -80,6 +80,15 @@ enum class Ctr : uint16_t {
   RxMcast,           // frames to QPN 0xFFFFFF (a multicast group), before fan-out
   RxMcastNoGroup,    // multicast frame dropped: not a multicast address, or no QP of ours attached to it
   McastDelivered,    // copies of multicast frames handed to attached QPs (Q_Key checked after: ud_qkey_drop)
+  // Selective repeat (README: Selective repeat between droce peers).
+  SrOooPlaced,       // responder: marked WRITE ONLY packets placed ahead of the expected PSN
+  SrDup,             // responder: a held PSN arriving again (not placed twice)
+  SrSackSent,        // responder: SACKs sent
+  SrGbnNakSent,      // responder: marked go-back NAKs (an out-of-order packet it could not hold)
+  SrSackReceived,    // requester: SACKs taken
+  SrResent,          // requester: packets resent selectively
+  SrFallbacks,       // requester: a listed peer answered a marked request with a plain NAK: marks stop
+  SrLearned,         // a QP saw a marked request from its peer and marks its own from then on
   kCount
 };
 const char* ctr_name(Ctr c) noexcept;
@@ -122,13 +131,29 @@ struct EngineConfig {
   uint32_t min_inflight_pkts = 8;
   uint32_t ack_req_every = 32;        // AckReq at least every N packets of a long message
   uint32_t pkts_per_turn = 32;        // requester packets per QP before moving on (fairness)
-  bool ecn = true;                    // send ECT(0); answer CE with CNPs
-  uint64_t cnp_interval_ns = 50'000;  // at most one CNP per QP per interval
+  // ECN. Reaction side: data packets (requests and responses) leave ECT(0)
+  // when `ecn` is set, Not-ECT otherwise (a switch then never marks them).
+  // Notification point (IBTA annex A17.9.2; NVIDIA's roce_np defaults): a
+  // CE-marked packet makes a CNP to its sender when `cnp` is set, at most one
+  // per QP per cnp_interval_ns (min_time_between_cnps), with DSCP cnp_dscp and,
+  // when the CNP carries a VLAN tag, priority (PCP) cnp_prio; CNPs are Not-ECT.
+  bool ecn = true;
+  bool cnp = true;
+  uint64_t cnp_interval_ns = 4'000;
+  uint8_t cnp_dscp = 48;  // 0..63
+  uint8_t cnp_prio = 6;   // 0..7
   // DCQCN reaction point per RC/UC QP (lib/transport/dcqcn.h): a CNP lowers
   // the QP's rate and the requester paces its packets at it. Off by default
   // until the bottleneck tests of issue 13 set the defaults.
   bool dcqcn = false;
   dcqcn::Params dcqcn_params;
+  // Selective repeat between droce peers (README): off by default. When on, an
+  // RC QP marks its requests (BTH resv7 bit 0x40) and repairs losses
+  // selectively toward a peer whose GID is in sr_peers, or that marked a request
+  // to it first; it accepts out-of-order WRITE packets of marked requests and
+  // answers them with SACKs. Toward any other peer nothing changes on the wire.
+  bool selective_repeat = false;
+  std::vector<wire::Gid> sr_peers;
   uint64_t timer_scan_ns = 2'000;     // how often timers are looked at
   uint32_t timer_scan_batch = 64;     // QPs looked at per scan (round robin), bounding the cost of a poll
   // Zero-copy TX: payloads of at least this many bytes from an MR with a

@@ -12,6 +12,46 @@
 
 namespace droce::transport {
 
+// Selective repeat (README: Selective repeat between droce peers). The mark:
+// bit 0x40 of the BTH's resv7 (ICRC-covered), set only toward peers known to run it.
+inline constexpr uint8_t kSrMark = 0x40;
+// PSNs beyond the expected one a responder may hold out of order; also the
+// most an SR requester keeps outstanding.
+inline constexpr uint32_t kSrWindow = 256;
+inline constexpr uint32_t kSrWords = kSrWindow / 64;
+
+// A ring bitmap of kSrWindow PSNs indexed by PSN mod kSrWindow.
+struct SrBits {
+  uint64_t w[kSrWords]{};
+  bool test(uint32_t psn) const noexcept { return (w[(psn % kSrWindow) >> 6] >> (psn & 63)) & 1; }
+  void set(uint32_t psn) noexcept { w[(psn % kSrWindow) >> 6] |= uint64_t{1} << (psn & 63); }
+  void clear(uint32_t psn) noexcept { w[(psn % kSrWindow) >> 6] &= ~(uint64_t{1} << (psn & 63)); }
+  void reset() noexcept {
+    for (auto& x : w) x = 0;
+  }
+};
+
+// Responder side of selective repeat: marked WRITE ONLY packets placed ahead of
+// the expected PSN (ring bitmap, PSNs in (psn, psn + kSrWindow)).
+struct SrResp {
+  SrBits bits;
+  uint32_t lo = 0;    // PSN the bitmap was last reconciled at
+  uint8_t dirty = 0;  // 64-PSN chunks after psn with news for the requester (bit k: chunk k)
+};
+
+// Requester side of selective repeat: what the responder said it holds.
+struct SrState {
+  SrBits held;     // PSNs the responder holds (from SACKs), for [lo, lo + kSrWindow)
+  SrBits resent;   // PSNs resent in this loss episode
+  uint32_t lo = 0;    // PSN the bitmaps are valid from (follows comp.psn)
+  uint32_t high = 0;  // one past the highest PSN held (== lo: none)
+  uint32_t missing = 0;  // the responder's ePSN from the last SACK (lost for sure)
+  uint32_t mark = 0;      // next_new_psn when the last resends went out (valid if marked)
+  bool marked = false;
+  bool episode = false;  // a loss is being repaired
+  bool pending = false;  // lost PSNs wait to be resent
+};
+
 // Requester (requester.cc): where it is in the SQ.
 struct ReqState {
   uint32_t idx = 0;          // SQ index of the WQE being sent (tail <= idx <= head)
@@ -26,6 +66,9 @@ struct ReqState {
   // retransmit); the completer reports it in order and moves the QP to error.
   bool halted = false;
   uint32_t halt_idx = 0;
+  // Selective repeat toward this QP's peer (EngineConfig::selective_repeat and
+  // the peer known to run it: sr_peers, or a marked request from it).
+  bool sr_tx = false;
 };
 
 // Completer (completer.cc): acknowledgement state and timers.
@@ -90,6 +133,12 @@ struct RespState {
   uint32_t res_next = 0;                  // slot the next READ/atomic takes
   uint8_t emit_q[verbs::kMaxRdAtomic]{};  // resource indexes waiting to send, FIFO
   uint32_t emit_head = 0, emit_tail = 0;
+  // Selective repeat (the bitmap itself is in Qp::sr): PSNs held ahead of psn,
+  // whether a SACK is owed, a marked go-back NAK sent for psn, the pending NAK marked.
+  uint32_t sr_count = 0;
+  bool sr_sack = false;
+  bool sr_nak_sent = false;
+  bool ack_sr = false;
 };
 
 // Per-QP counters (the engine thread writes them; the control path reads a
@@ -121,6 +170,13 @@ struct Qp : verbs::QpBase {
   alignas(64) ReqState req;
   alignas(64) CompState comp;
   alignas(64) RespState resp;
+  // Selective repeat (EngineConfig::selective_repeat, RC): allocated at RTR, so
+  // a node with it off carries one pointer per QP. Touched only after a loss.
+  struct Sr {
+    SrState req;
+    SrResp resp;
+  };
+  std::unique_ptr<Sr> sr;
   alignas(64) wire::Headers hdr;  // RC/UC: header template built at RTR
   bool in_req_ready = false;
   bool in_resp_ready = false;

@@ -117,8 +117,15 @@ bool build_packet(Engine& e, Qp& q, SendWqe& w, bool* last_of_wqe) noexcept {
     offset = k * q.mtu;
     payload = w.length - offset < q.mtu ? w.length - offset : q.mtu;
     last = pos == wire::Position::Last || pos == wire::Position::Only;
+    // Selective repeat: a WRITE of several packets goes as one WRITE ONLY per
+    // packet, each with its own RETH, so the responder can place any of them
+    // out of order (README: Selective repeat between droce peers).
+    const bool split = w.sr && o == WrOpcode::RdmaWrite && w.npkts > 1;
+    if (split) h.bth.opcode = wire::op::RC_WRITE_ONLY;
     const wire::OpcodeInfo& info = wire::opcode_info(h.bth.opcode);
-    if (info.off_reth) h.ext.reth = {w.wr.rdma.remote_addr, w.wr.rdma.rkey, w.length};
+    if (info.off_reth)
+      h.ext.reth = split ? wire::RethFields{w.wr.rdma.remote_addr + offset, w.wr.rdma.rkey, payload}
+                         : wire::RethFields{w.wr.rdma.remote_addr, w.wr.rdma.rkey, w.length};
     if (info.off_imm) h.ext.imm = be32toh(w.wr.imm_data);  // ibverbs' imm_data is in network order; ext.imm is the value
     if (info.off_ieth) h.ext.ieth_rkey = w.wr.invalidate_rkey;
     h.bth.se = last && (w.wr.send_flags & verbs::kSendSolicited) && (info.flags & (wire::kOpSend | wire::kOpImm));
@@ -132,6 +139,7 @@ bool build_packet(Engine& e, Qp& q, SendWqe& w, bool* last_of_wqe) noexcept {
                      psn_diff(psn_add(q.req.psn, 1), q.comp.psn) >= static_cast<int32_t>(w);
     }
   }
+  if (w.sr && q.req.sr_tx) h.bth.resv7 = static_cast<uint8_t>(h.bth.resv7 | kSrMark);  // "answer with SACKs"
   void* dma = nullptr;
   if (const uint8_t* src = gather_ref(e.mrs(), q.pd, w, offset, payload, &dma)) {
     // One SGE holds the whole payload: by reference when it can go so, else one copy.
@@ -164,11 +172,64 @@ bool build_packet(Engine& e, Qp& q, SendWqe& w, bool* last_of_wqe) noexcept {
   return true;
 }
 
+// Selective repeat: resends each PSN the responder reported missing (its
+// ePSN, and every PSN below the highest it holds that it does not hold) once,
+// rebuilt from its WQE. Returns the packets sent; q.sr->req.pending stays set when
+// the budget or the TX room ran out first.
+uint32_t sr_resend(Engine& e, Qp& q, uint32_t budget) noexcept {
+  SrState& s = q.sr->req;
+  uint32_t end = wire::psn_gt(s.high, s.missing) ? s.high : psn_add(s.missing, 1);
+  if (wire::psn_gt(end, q.req.next_new_psn)) end = q.req.next_new_psn;
+  uint32_t sent = 0;
+  uint32_t i = q.sq.tail;
+  for (uint32_t p = q.comp.psn, n = 0; wire::psn_lt(p, end) && n < kSrWindow; p = psn_add(p, 1), ++n) {
+    if (s.held.test(p) || s.resent.test(p)) continue;
+    while (i != q.sq.head) {  // the WQE whose PSN range holds p (WQEs are in PSN order)
+      const SendWqe& w = q.sq.at(i);
+      if (w.state == WqeState::Posted) {
+        i = q.sq.head;
+        break;
+      }
+      if (w.npkts && wire::psn_le(p, w.last_psn)) break;
+      ++i;
+    }
+    if (i == q.sq.head) break;
+    SendWqe& w = q.sq.at(i);
+    if (wire::psn_lt(p, w.first_psn) || w.state == WqeState::Done ||
+        (is_rd_atomic(w.wr.opcode) && p != psn_add(w.first_psn, w.read_pkts_done))) {
+      s.resent.set(p);  // not a packet of its own (a READ's response PSNs) or already acknowledged
+      continue;
+    }
+    if (sent >= budget || !e.tx_room()) return sent;
+    const uint32_t save_psn = q.req.psn, save_ack = q.req.pkts_since_ackreq;
+    q.req.psn = p;
+    bool last = false;
+    const bool ok = build_packet(e, q, w, &last);
+    q.req.psn = save_psn;
+    q.req.pkts_since_ackreq = save_ack;
+    if (!ok) return sent;  // no TX buffer (or the QP went to error: rts_like() fails next time)
+    s.resent.set(p);
+    s.mark = q.req.next_new_psn;  // packets from here on leave after this resend
+    s.marked = true;
+    e.count(Ctr::ReqPackets);
+    e.count(Ctr::ReqRetransmits);
+    e.count(Ctr::SrResent);
+    ++q.ctr.retransmits;
+    ++sent;
+  }
+  s.pending = false;
+  return sent;
+}
+
 }  // namespace
 
 bool requester_run(Engine& e, Qp& q, uint32_t budget) noexcept {
   if (!q.rts_like() || q.comp.rnr_wait) return false;
   uint32_t sent = 0;
+  if (q.sr && q.sr->req.pending) {  // lost packets go before new ones
+    sent = sr_resend(e, q, budget);
+    if (q.sr->req.pending || !q.rts_like()) return q.rts_like();
+  }
   SendWqe* w = nullptr;
   ReqSt st = ReqSt::GetWqe;
   for (;;) {
@@ -195,8 +256,10 @@ bool requester_run(Engine& e, Qp& q, uint32_t budget) noexcept {
         }
         // Go-back-N window on outstanding PSNs: the congestion window, at most
         // max_inflight_pkts (also keeps within 2^23, IBTA 9.7).
+        // Selective repeat keeps everything in flight inside the responder's window.
         if (q.type == QpType::RC &&
-            psn_diff(q.req.psn, q.comp.psn) >= static_cast<int32_t>(q.req.cwnd)) {
+            psn_diff(q.req.psn, q.comp.psn) >=
+                static_cast<int32_t>(q.req.sr_tx && q.req.cwnd > kSrWindow ? kSrWindow : q.req.cwnd)) {
           st = ReqSt::Stop;
           break;
         }
@@ -270,6 +333,7 @@ bool requester_run(Engine& e, Qp& q, uint32_t budget) noexcept {
         w->first_psn = q.req.psn;
         w->last_psn = psn_add(q.req.psn, w->npkts - 1);
         w->read_pkts_done = 0;
+        w->sr = q.req.sr_tx;  // one mode per message, from its first packet to its last
         w->state = WqeState::Sending;
         if (is_rd_atomic(w->wr.opcode)) ++q.req.rd_atomic_out;
         st = ReqSt::BuildPacket;
@@ -351,6 +415,7 @@ void requester_rewind(Engine& e, Qp& q, uint32_t psn) noexcept {
   q.req.idx = i;
   q.req.psn = psn;
   q.req.pkts_since_ackreq = 0;
+  if (q.sr) q.sr->req.episode = q.sr->req.pending = false;  // go-back-N resends everything from psn
   const uint64_t to = verbs::ack_timeout_ns(q.attr.timeout);
   q.comp.deadline = to ? e.now() + to : 0;
   e.req_ready(q);

@@ -48,6 +48,7 @@ void queue_ack(Engine& e, Qp& q, uint8_t syndrome, uint32_t psn) noexcept {
   q.resp.ack_pending = true;
   q.resp.ack_syndrome = syndrome;
   q.resp.ack_psn = psn;
+  q.resp.ack_sr = false;
   e.resp_ready(q);
 }
 
@@ -108,6 +109,7 @@ RespSt check_psn(Ctx& c) noexcept {
   if (d > 0) return RespSt::ErrNakSeq;
   if (d < 0) return RespSt::Duplicate;
   r.nak_sent = false;
+  r.sr_nak_sent = false;
   return RespSt::CheckOpSeq;
 }
 
@@ -437,6 +439,89 @@ RespSt drop_msg(Ctx& c) noexcept {
   return RespSt::Done;
 }
 
+// Selective repeat (README): a marked request ahead of the expected PSN. A
+// WRITE ONLY without immediate inside the window is checked as in order and
+// placed now, its PSN held; anything else is dropped with one marked go-back
+// NAK per expected PSN. Either way the requester hears what is held (SACK).
+void sr_ahead(Ctx& c, int32_t d) noexcept {
+  Qp& q = c.q;
+  RespState& r = q.resp;
+  SrResp& x = q.sr->resp;
+  const bool in_window = d <= static_cast<int32_t>(kSrWindow);
+  if (in_window && r.sr_count && x.bits.test(c.psn)) {  // held already: never placed twice
+    c.e.count(Ctr::SrDup);
+    c.e.count(Ctr::DupRequest);
+    r.sr_sack = true;
+    c.e.resp_ready(q);
+    return;
+  }
+  bool placed = false;
+  if (in_window && c.pkt.h.bth.opcode == wire::op::RC_WRITE_ONLY && check_length_of(c) == RespSt::CheckResource) {
+    verbs::MrError err = verbs::MrError::NoAccess;
+    if (check_rkey_of(c, err) == RespSt::Execute) {
+      if (c.pkt.payload_len) std::memcpy(c.host, c.pkt.payload(), c.pkt.payload_len);
+      if (r.sr_count == 0) x.lo = r.psn;
+      x.bits.set(c.psn);
+      ++r.sr_count;
+      x.dirty = static_cast<uint8_t>(x.dirty | (1u << ((d - 1) / 64)));
+      c.e.count(Ctr::SrOooPlaced);
+      placed = true;
+    }
+  }
+  if (!placed) {  // refused here (a failed check is found again, and answered, in order)
+    c.e.count(Ctr::OutOfSeqRequest);
+    if (!r.sr_nak_sent) {
+      r.sr_nak_sent = true;
+      c.e.count(Ctr::SrGbnNakSent);
+      queue_ack(c.e, q, wire::kAethNak | wire::kNakPsnSeqError, r.psn);
+      r.ack_sr = true;
+    }
+    return;
+  }
+  r.sr_sack = true;
+  c.e.resp_ready(q);
+}
+
+// After the in-order path moved the expected PSN: forget held PSNs it passed
+// (a READ's range), then move over held PSNs that now follow in order (each a
+// WRITE ONLY: one message), acknowledging the new expected PSN - 1.
+void sr_advance(Engine& e, Qp& q) noexcept {
+  RespState& r = q.resp;
+  SrResp& x = q.sr->resp;
+  const int32_t d = psn_diff(r.psn, x.lo);
+  if (d >= static_cast<int32_t>(kSrWindow)) {
+    x.bits.reset();
+    r.sr_count = 0;
+  } else {
+    for (int32_t k = 0; k < d && r.sr_count; ++k) {
+      const uint32_t p = psn_add(x.lo, static_cast<uint32_t>(k));
+      if (x.bits.test(p)) {
+        x.bits.clear(p);
+        --r.sr_count;
+      }
+    }
+  }
+  bool moved = false;
+  while (r.sr_count && x.bits.test(r.psn)) {
+    x.bits.clear(r.psn);
+    --r.sr_count;
+    r.psn = psn_add(r.psn, 1);
+    r.msn = (r.msn + 1) & wire::kMask24;
+    moved = true;
+  }
+  x.lo = r.psn;
+  if (!moved) return;
+  r.nak_sent = r.sr_nak_sent = false;
+  queue_ack(e, q, kAckSyndrome, psn_add(r.psn, 0xFFFFFF));
+  if (r.sr_count) {  // more holes: tell the requester what is still held
+    r.sr_sack = true;
+    x.dirty = (1u << kSrWords) - 1;
+  } else {
+    r.sr_sack = false;
+    x.dirty = 0;
+  }
+}
+
 void ud_rx(Engine& e, Qp& q, const wire::PacketView& pkt) noexcept {
   if (pkt.h.ext.deth.qkey != q.attr.qkey) {  // Q_Key violation: silently drop (IBTA ch. 10)
     e.count(Ctr::UdQkeyDrop);
@@ -484,6 +569,19 @@ void responder_rx(Engine& e, Qp& q, const wire::PacketView& pkt) noexcept {
     return;
   }
   Ctx c{e, q, pkt, *pkt.op, pkt.h.bth.psn, q.type == QpType::RC};
+  if (c.rc && (pkt.h.bth.resv7 & kSrMark) && q.sr) {  // q.sr: EngineConfig::selective_repeat
+    // A marked request: the peer runs selective repeat and knows us; our
+    // requests to it may be marked too (from the next work request on).
+    if (!q.req.sr_tx) {
+      q.req.sr_tx = true;
+      e.count(Ctr::SrLearned);
+    }
+    const int32_t d = psn_diff(c.psn, q.resp.psn);
+    if (d > 0) {
+      sr_ahead(c, d);
+      return;
+    }
+  }
   RespSt st = RespSt::CheckPsn;
   while (st != RespSt::Done) {
     switch (st) {
@@ -553,6 +651,7 @@ void responder_rx(Engine& e, Qp& q, const wire::PacketView& pkt) noexcept {
         break;
     }
   }
+  if (q.resp.sr_count && q.sr) sr_advance(e, q);
 }
 
 namespace {
@@ -635,11 +734,39 @@ bool responder_tx(Engine& e, Qp& q, uint32_t budget) noexcept {
     h.bth.opcode = wire::op::RC_ACKNOWLEDGE;
     h.bth.psn = r.ack_psn;
     h.ext.aeth = {r.ack_syndrome, r.msn};
+    if (r.ack_sr) h.bth.resv7 = static_cast<uint8_t>(h.bth.resv7 | kSrMark);  // go-back NAK to a marked request
     if (!e.begin_frame(h, 0)) return true;
     e.end_frame(h, 0);
     q.count_tx(0);
     if ((r.ack_syndrome & wire::kAethKindMask) == wire::kAethAck) e.count(Ctr::AcksSent);
     r.ack_pending = false;
+  }
+  if (r.sr_sack && q.sr) {
+    SrResp& x = q.sr->resp;
+    // SACKs (README): chunk 0 (from ePSN + 1) always, chunks 1-3 when they have
+    // news; built from the live bitmap, so one covers every arrival before it.
+    for (uint32_t k = 0; k < kSrWords; ++k) {
+      if (k && !((x.dirty >> k) & 1)) continue;
+      const uint32_t base = psn_add(r.psn, 1 + 64 * k);
+      uint64_t bits = 0;
+      for (uint32_t j = 0; j < 64 && r.sr_count; ++j)
+        if (x.bits.test(psn_add(base, j))) bits |= uint64_t{1} << j;
+      if (k && !bits) continue;
+      if (!e.tx_room()) return true;
+      wire::Headers h = q.hdr;
+      h.bth.opcode = wire::op::RC_ATOMIC_ACKNOWLEDGE;
+      h.bth.psn = r.psn;
+      h.bth.resv7 = static_cast<uint8_t>(h.bth.resv7 | kSrMark);
+      h.ext.aeth = {static_cast<uint8_t>(wire::kAethNak | wire::kNakPsnSeqError), base};
+      h.ext.atomic_orig = bits;
+      if (!e.begin_frame(h, 0)) return true;
+      e.end_frame(h, 0);
+      q.count_tx(0);
+      e.count(Ctr::SrSackSent);
+      x.dirty = static_cast<uint8_t>(x.dirty & ~(1u << k));
+    }
+    r.sr_sack = false;
+    x.dirty = 0;
   }
   return false;
 }

@@ -104,6 +104,7 @@ struct SendWqe {
   Ah ah;                // UD: copy of the address handle
   uint8_t inline_data[kMaxInline];
   bool is_inline = false;
+  bool sr = false;  // RC selective repeat (lib/transport README): its requests are marked, WRITEs go per packet
   WqeState state = WqeState::Posted;
   WcStatus status = WcStatus::Success;
   uint32_t first_psn = 0;
@@ -120,6 +121,7 @@ struct SendWqe {
     npkts = 0;
     read_pkts_done = 0;
     atomic_orig = 0;
+    sr = false;
   }
 };
 

@@ -54,6 +54,8 @@ TEST_CASE("minimal config gets the documented defaults", "[config]") {
   CHECK_FALSE(p.fault.tx.any());
   CHECK(c.roce.path_mtu == 1024);
   CHECK(c.roce.max_qps == 1024);
+  CHECK_FALSE(c.roce.selective_repeat);  // off unless asked for
+  CHECK(c.roce.selective_repeat_peers.empty());
   CHECK(c.control.socket == "/run/droce/droced.sock");
   CHECK(c.control.mode == 0660);
   CHECK(c.control.max_request == 65536);
@@ -117,6 +119,8 @@ path_mtu = 4096
 max_qps = 4096
 max_mrs = 512
 mr_memory_mb = 1024
+selective_repeat = true
+selective_repeat_peers = ["10.0.0.2", "fd00::2"]
 
 [control]
 socket = "/tmp/x/droced.sock"
@@ -165,6 +169,12 @@ file = "/tmp/droced.log"
   CHECK(c.cores[1].idle_yield_polls == 0);
   CHECK(c.roce.path_mtu == 4096);
   CHECK(c.roce.mr_memory_mb == 1024);
+  CHECK(c.roce.selective_repeat);
+  REQUIRE(c.roce.selective_repeat_peers.size() == 2);
+  CHECK(c.roce.selective_repeat_peers[0] ==
+        std::array<uint8_t, 16>{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF, 10, 0, 0, 2});  // IPv4-mapped
+  CHECK(c.roce.selective_repeat_peers[1] ==
+        std::array<uint8_t, 16>{0xFD, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2});
   CHECK(c.control.mode == 0600);
   CHECK(c.control.gid == 0u);
   CHECK(c.control.max_clients == 4);
@@ -313,6 +323,8 @@ TEST_CASE("bad values in strings: addresses, names, levels, paths", "[config][ba
   CHECK_THAT(error_of(head + "ipv6 = [\"fd00::1/129\"]\n"), Catch::Contains("port[0].ipv6[0]: prefix length 129"));
   CHECK_THAT(error_of(head + "ipv6 = [\"10.0.0.1\"]\n"), Catch::Contains("is not an IPv6 address"));
   CHECK_THAT(error_of(head), Catch::Contains("config: port[0]: a port needs at least one address"));
+  CHECK_THAT(error_of(head + "ipv4 = [\"10.0.0.1/24\"]\n[roce]\nselective_repeat_peers = [\"10.0.0.2/24\"]\n"),
+             Catch::Contains("roce.selective_repeat_peers[0]: \"10.0.0.2/24\" is not an IPv4 or IPv6 address"));
   CHECK_THAT(error_of(kPort + "mac = \"02:00:00:00:00\"\n"), Catch::Contains("port[0].mac: \"02:00:00:00:00\" is not a MAC address"));
   CHECK_THAT(error_of(kPort + "mac = \"01:00:5e:00:00:01\"\n"), Catch::Contains("is a multicast address"));
   CHECK_THAT(error_of(kPort + "mac = \"00:00:00:00:00:00\"\n"), Catch::Contains("is the zero address"));

@@ -9,8 +9,9 @@ figure checked is read from ibv_devinfo's output, then used: at the limit the
 object is created, one past it the call fails with EINVAL (CQEs, completion
 vectors, QP work requests and SGEs, SRQ work requests and SGEs, responder and
 initiator RDMA READ/atomic depths), a port, GID or P_Key index past its
-table fails, atomic_cap ATOMIC_HCA accepts remote atomic access, and each
-device_cap_flags flag printed is one this script can check. Prints one line
+table fails, atomic_cap ATOMIC_HCA accepts remote atomic access, each
+device_cap_flags flag printed is one this script can check, and max_mw
+windows allocate (one more: ENOMEM; the count is the client's quota). Prints one line
 per check; exits 1 if one fails.
 """
 import errno
@@ -206,6 +207,26 @@ def main():
     }
     for f in flags:
         check(f'device_cap_flags {f} is one that is checked', f in known and known[f]())
+
+    # max_mw is what this client can hold (droced's per-client quota): that many
+    # windows allocate, one more is refused (ENOMEM, as a device out of them).
+    nmw = dev['max_mw']
+    mws = []
+    try:
+        for _ in range(nmw):
+            mws.append(MW(pd, e.IBV_MW_TYPE_2))
+        check(f'max_mw {nmw} windows allocate', True)
+        refused('max_mw + 1 windows', lambda: MW(pd, e.IBV_MW_TYPE_2), errno.ENOMEM)
+    except PyverbsError as ex:
+        check(f'max_mw {nmw} windows allocate', False, f'{ex} after {len(mws)}')
+    for w in mws:
+        w.close()
+
+    # Multicast groups (pyverbs has no attach: test/engine/test_dataplane.cc attaches UD QPs
+    # to groups, cm_pair.sh through the RDMA CM): the per-group and total counts agree.
+    if dev['max_mcast_grp'] > 0:
+        check('max_mcast_qp_attach > 0 and max_total_mcast_qp_attach >= it',
+              0 < dev['max_mcast_qp_attach'] <= dev['max_total_mcast_qp_attach'])
     cq.close()
     pd.close()
     ctx.close()

@@ -255,6 +255,7 @@ class LoopbackBackend : public ShimBackend {
     if (to == IBV_QPS_ERR && from != IBV_QPS_ERR && q.setup.srq == 0) {
       droce_shm_recv_wqe r;
       for (uint32_t i = 0; i < (1u << 20) && q.rq.try_pop(&r); i++) {
+        recv_ring_set_done(q.rq.hdr(), q.rq.cons());
         droce_shm_cqe fc{};
         fc.wr_id = r.wr_id;
         fc.qp_num = q.qpn;
@@ -362,12 +363,18 @@ class LoopbackBackend : public ShimBackend {
   }
 
   // Takes one receive WQE for QP d (its RQ or SRQ); false if none.
+  // A receive is finished as soon as it is taken (it completes at once):
+  // the ring's `done` follows cons.
   bool take_recv(Qp& d, droce_shm_recv_wqe& out) {
+    RingConsumer<droce_shm_recv_wqe>* ring = &d.rq;
     if (d.setup.srq != 0) {
       auto it = srqs_.find(d.setup.srq);
-      return it != srqs_.end() && it->second.ring.try_pop(&out);
+      if (it == srqs_.end()) return false;
+      ring = &it->second.ring;
     }
-    return d.rq.try_pop(&out);
+    if (!ring->try_pop(&out)) return false;
+    recv_ring_set_done(ring->hdr(), ring->cons());
+    return true;
   }
 
   // Copies n bytes of src into the receive WQE's SGEs; false on a bad SGE.

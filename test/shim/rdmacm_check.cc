@@ -209,6 +209,26 @@ void with_droced(const char* ip, const char* other, const char* peer) {
     check(id2->verbs == id->verbs && id2->qp_type == IBV_QPT_UD, "ids on one device share id->verbs; PS_UDP is UD");
   else
     check(false, "second id (RDMA_PS_UDP) bound", err());
+  if (id2 && id2->verbs) {
+    // rdma_create_qp_ex passes send ops through to the drop-in's
+    // ibv_create_qp_ex (an ibv_qp_ex); XRC is refused.
+    ibv_qp_init_attr_ex qa{};
+    qa.qp_type = IBV_QPT_UD;
+    qa.cap = {4, 4, 1, 1, 0};
+    qa.comp_mask = IBV_QP_INIT_ATTR_SEND_OPS_FLAGS | IBV_QP_INIT_ATTR_CREATE_FLAGS;
+    qa.send_ops_flags = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM;
+    const int qrc = rdma_create_qp_ex(id2, &qa);
+    check(qrc == 0 && id2->qp != nullptr && ibv_qp_to_qp_ex(id2->qp) != nullptr &&
+              id2->qp->state == IBV_QPS_RTS,
+          "rdma_create_qp_ex with send ops: a UD ibv_qp_ex in RTS", err());
+    if (qrc == 0) rdma_destroy_qp(id2);
+    ibv_qp_init_attr_ex xa{};
+    xa.qp_type = IBV_QPT_UD;
+    xa.cap = {4, 4, 1, 1, 0};
+    xa.comp_mask = IBV_QP_INIT_ATTR_XRCD;
+    check(fails_with(rdma_create_qp_ex(id2, &xa), EOPNOTSUPP) && id2->qp == nullptr,
+          "rdma_create_qp_ex with an XRC domain: EOPNOTSUPP", err());
+  }
   if (id2) {
     // Multicast: a unicast address is refused, a group joins at once
     // (MULTICAST_JOIN with the group's address vector and the caller's

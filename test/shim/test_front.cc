@@ -903,4 +903,18 @@ TEST_CASE("front: device attributes and argument checks as rdma-core's suite exp
   ibv_mr* mr = ibv_reg_mr(e.pd, buf.data(), buf.size(), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_RELAXED_ORDERING);
   REQUIRE(mr != nullptr);
   CHECK(ibv_dereg_mr(mr) == 0);
+  // cmd_fd is a real descriptor (the context's connection to the daemon), so a
+  // program may dup it to share the context (rdma-core's shared-PD test does);
+  // importing it is not supported (EOPNOTSUPP, as on rxe), and the context
+  // goes on working after the dup is closed.
+  REQUIRE(e.ctx->cmd_fd >= 0);
+  const int dup_fd = dup(e.ctx->cmd_fd);
+  REQUIRE(dup_fd >= 0);
+  errno = 0;
+  CHECK(ibv_import_device(dup_fd) == nullptr);
+  CHECK(errno == EOPNOTSUPP);
+  CHECK(close(dup_fd) == 0);
+  ibv_pd* pd2 = ibv_alloc_pd(e.ctx);
+  REQUIRE(pd2 != nullptr);
+  CHECK(ibv_dealloc_pd(pd2) == 0);
 }

@@ -1009,6 +1009,22 @@ TEST_CASE("quotas: one client cannot take what the others need", "[shim][server]
     CHECK(rc == 0);  // 4 + 56 KiB fit
     free_shared(buf);
   }
+  SECTION("the device reports what one client can create: max_mw windows, then ENOMEM") {
+    ibv_device_attr d{};
+    REQUIRE(hog.conn.call<Op::QueryDevice>({}, d) == 0);
+    CHECK(d.max_qp == 2);
+    CHECK(d.max_cq == 3);
+    CHECK(d.max_srq == 1);
+    CHECK(d.max_mr == 2);
+    CHECK(d.max_ah == 2);
+    REQUIRE(d.max_mw == 2);  // memory windows share the MR quota
+    for (int i = 0; i < d.max_mw; i++) {
+      AllocMwResp r{};
+      CHECK(hog.conn.call<Op::AllocMw>({pd, IBV_MW_TYPE_2}, r) == 0);
+    }
+    AllocMwResp r{};
+    CHECK(hog.conn.call<Op::AllocMw>({pd, IBV_MW_TYPE_2}, r) == -ENOMEM);
+  }
   SECTION("AHs") {
     uint32_t a1 = 0;
     REQUIRE(create_ah(hog, pd, dev_gid(1), &a1) == 0);
@@ -1262,6 +1278,107 @@ TEST_CASE("async events: CQ overrun, last WQE reached, SRQ limit", "[shim][serve
   }
   close(afd);
   close(bfd);
+  free_shared(abuf);
+  free_shared(bbuf);
+}
+
+namespace {
+droce_shm_recv_wqe recv_wqe(uint64_t id, void* buf, uint32_t len, uint32_t lkey) {
+  droce_shm_recv_wqe r{};
+  r.wr_id = id;
+  r.num_sge = 1;
+  r.sge[0] = {reinterpret_cast<uint64_t>(buf), len, lkey};
+  return r;
+}
+// The daemon has copied every posted WQE out of the ring (into the engine).
+bool ring_drained(RingProducer<droce_shm_recv_wqe>& rq) {
+  return std::atomic_ref<uint32_t>(rq.hdr()->cons).load(std::memory_order_acquire) == rq.prod();
+}
+}  // namespace
+
+// The verbs rule rxe keeps: at most max_recv_wr (SRQ: max_wr) receives
+// outstanding, posted and not yet completed, although the daemon moves them
+// from the ring into the engine's queue at once (droce_shm_abi.h, "receive
+// depth"); one more fails (ibv_post_recv: ENOMEM) until one completes.
+TEST_CASE("receive depth: max_recv_wr outstanding receives until they complete or flush", "[shim][server][data]") {
+  Fixture f;
+  Cl a(f, 0), b(f, 1);
+  const uint32_t pda = a.pd(), pdb = b.pd();
+  auto* abuf = static_cast<uint8_t*>(alloc_shared(65536));
+  auto* bbuf = static_cast<uint8_t*>(alloc_shared(65536));
+  RegMrResp ma = a.mr(pda, abuf, 65536, IBV_ACCESS_LOCAL_WRITE);
+  RegMrResp mb = b.mr(pdb, bbuf, 65536, IBV_ACCESS_LOCAL_WRITE);
+  ClientCq acq, bcq;
+  ClientQp aqp;
+  uint32_t aqpn = 0, bqpn = 0;
+  const uint32_t aq = a.qp(aqp, pda, a.cq(acq, 256), IBV_QPT_RC, &aqpn);
+  droce_shm_cqe cqe{};
+  auto send = [&](uint64_t id) {
+    droce_shm_send_wqe w{};
+    w.wr_id = id;
+    w.opcode = DROCE_WR_SEND;
+    w.send_flags = DROCE_SEND_SIGNALED;
+    w.num_sge = 1;
+    w.u.sge[0] = {reinterpret_cast<uint64_t>(abuf), 100, ma.lkey};
+    REQUIRE(aqp.sq.try_push(w));
+    REQUIRE(wait_cqe(acq, cqe));
+    CHECK(cqe.status == IBV_WC_SUCCESS);
+  };
+
+  SECTION("a QP's receive queue") {
+    ClientQp bqp;
+    const uint32_t bq = b.qp(bqp, pdb, b.cq(bcq, 256), IBV_QPT_RC, &bqpn);  // max_recv_wr 64
+    a.to_rts(aq, bqpn, 1);
+    b.to_rts(bq, aqpn, 0);
+    REQUIRE(bqp.rq.size() == 64);
+    for (uint32_t i = 0; i < 64; i++) REQUIRE(bqp.rq.try_push(recv_wqe(i, bbuf + 1024 * i, 1024, mb.lkey)));
+    REQUIRE(eventually([&] { return ring_drained(bqp.rq); }));  // all in the engine's queue now
+    CHECK(bqp.rq.free_slots() == 0);
+    CHECK_FALSE(bqp.rq.try_push(recv_wqe(64, bbuf, 1024, mb.lkey)));
+    // One message completes one receive: its slot is free once its completion is seen.
+    send(1000);
+    REQUIRE(wait_cqe(bcq, cqe));
+    CHECK(cqe.wr_id == 0);
+    CHECK(bqp.rq.free_slots() == 1);
+    CHECK(bqp.rq.try_push(recv_wqe(64, bbuf, 1024, mb.lkey)));
+    CHECK_FALSE(bqp.rq.try_push(recv_wqe(65, bbuf, 1024, mb.lkey)));
+    // ERR flushes the other 64: every slot free once their completions are seen.
+    ibv_qp_attr at{};
+    at.qp_state = IBV_QPS_ERR;
+    Empty e;
+    REQUIRE(b.conn.call<Op::ModifyQp>({bq, IBV_QP_STATE, at}, e) == 0);
+    for (uint32_t i = 0; i < 64; i++) {
+      REQUIRE(wait_cqe(bcq, cqe));
+      CHECK(cqe.status == IBV_WC_WR_FLUSH_ERR);
+    }
+    CHECK(bqp.rq.free_slots(64) == 64);
+    // RESET drops what is posted: free again too.
+    at.qp_state = IBV_QPS_RESET;
+    REQUIRE(b.conn.call<Op::ModifyQp>({bq, IBV_QP_STATE, at}, e) == 0);
+    for (uint32_t i = 0; i < 64; i++) REQUIRE(bqp.rq.try_push(recv_wqe(i, bbuf, 1024, mb.lkey)));
+    CHECK(eventually([&] { return bqp.rq.free_slots(64) == 64; }));  // free_slots(n) reads done when < n are known free
+  }
+  SECTION("an SRQ: max_wr WQEs until a QP takes one") {
+    CreateSrqResp sr{};
+    int fd = -1, nfd = 0;
+    REQUIRE(b.conn.call<Op::CreateSrq>({pdb, 0, {16, 1, 0}}, sr, nullptr, 0, &fd, 1, &nfd) == 0);
+    ClientSrq srq;
+    REQUIRE(srq.attach(fd, sr) == 0);
+    REQUIRE(sr.attr.max_wr == 16);
+    ClientQp bqp;
+    const uint32_t bq = qp_on_srq(b, bqp, pdb, b.cq(bcq, 256), sr.handle, &bqpn);
+    a.to_rts(aq, bqpn, 1);
+    b.to_rts(bq, aqpn, 0);
+    for (uint32_t i = 0; i < 16; i++) REQUIRE(srq.rq.try_push(recv_wqe(i, bbuf + 1024 * i, 1024, mb.lkey)));
+    REQUIRE(eventually([&] { return ring_drained(srq.rq); }));
+    CHECK(srq.rq.free_slots() == 0);
+    CHECK_FALSE(srq.rq.try_push(recv_wqe(16, bbuf, 1024, mb.lkey)));
+    send(1000);
+    REQUIRE(wait_cqe(bcq, cqe));
+    CHECK(srq.rq.free_slots() == 1);
+    CHECK(srq.rq.try_push(recv_wqe(16, bbuf, 1024, mb.lkey)));
+    CHECK_FALSE(srq.rq.try_push(recv_wqe(17, bbuf, 1024, mb.lkey)));
+  }
   free_shared(abuf);
   free_shared(bbuf);
 }

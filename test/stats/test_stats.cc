@@ -3,6 +3,7 @@
 
 #include <thread>
 
+#include "stats/fairness.h"
 #include "stats/groups.h"
 #include "stats/stats.h"
 
@@ -159,4 +160,16 @@ TEST_CASE("plain uint64_t counters of another module register too", "[stats]") {
   CHECK(s[1].instances[0].values == std::vector<uint64_t>{100000, 2});
   CHECK(s[1].instances[0].shard_labels == std::vector<std::string>{"lcore1"});
   CHECK(reg.remove(id));
+}
+
+TEST_CASE("stats: Jain's fairness index") {
+  const double eq[] = {3, 3, 3, 3};
+  CHECK(jain_index(eq) == Approx(1.0));
+  const double one[] = {10, 0, 0, 0};
+  CHECK(jain_index(one) == Approx(0.25));  // 1/n
+  const double two[] = {1, 0.6};           // 2.56 / (2 * 1.36)
+  CHECK(jain_index(two) == Approx(2.56 / 2.72));
+  CHECK(jain_index(std::span<const double>{}) == 1.0);
+  const double zero[] = {0, 0};
+  CHECK(jain_index(zero) == 1.0);
 }

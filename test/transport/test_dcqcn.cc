@@ -140,6 +140,108 @@ TEST_CASE("dcqcn: limits: min rate floor; bad parameters clamped; a long idle ti
   CHECK(rp.current_kbps() == 10'000);
 }
 
+TEST_CASE("dcqcn: NVIDIA's defaults; the byte counter at 32767 x 64 B; the decrease factor cap") {
+  const Params d;
+  CHECK(d.alpha_g == 1019);
+  CHECK(d.initial_alpha == 1023);
+  CHECK(d.alpha_update_period_ns == 1'000);
+  CHECK(d.rate_reduce_monitor_period_ns == 4'000);
+  CHECK(d.time_reset_ns == 300'000);
+  CHECK(d.byte_reset == 32767ull * 64);
+  CHECK(d.threshold == 1);
+  CHECK(d.ai_rate_kbps == 5'000);
+  CHECK(d.hai_rate_kbps == 50'000);
+  CHECK(d.min_rate_kbps == 1'000);
+  CHECK(d.min_dec_fac_pct == 50);
+  CHECK(d.rate_to_set_on_first_cnp_kbps == 0);
+  CHECK_FALSE(d.clamp_tgt_rate);
+  CHECK(d.clamp_tgt_rate_after_time_inc);
+  Params p;
+  p.line_rate_kbps = 10'000'000;  // 10 Gb/s
+  ReactionPoint rp(p);
+  rp.on_cnp(0);  // 10000000 - 10000000*511/1024
+  CHECK(rp.current_kbps() == 5'009'766);
+  rp.on_sent(1'000, 32767 * 64 - 1);  // one byte short of the byte reset
+  CHECK(rp.byte_stage() == 0);
+  CHECK(rp.counters().increases == 0);
+  rp.on_sent(1'001, 1);  // the byte reset: fast recovery, halfway to 10000000
+  CHECK(rp.byte_stage() == 1);
+  CHECK(rp.current_kbps() == 7'504'883);
+  CHECK(rp.target_kbps() == 10'000'000);
+  // A cap of 25%: the first cut is 256/1024 whatever alpha says (511).
+  p.min_dec_fac_pct = 25;
+  ReactionPoint capped(p);
+  capped.on_cnp(0);
+  CHECK(capped.current_kbps() == 7'500'000);
+}
+
+TEST_CASE("dcqcn: below the line rate the target moves by AI 5 Mb/s and HAI 50 Mb/s; F stages of fast recovery") {
+  Params p;
+  p.line_rate_kbps = 10'000'000;
+  p.clamp_tgt_rate = true;  // every decrease sets the target to the current rate (the paper's rule)
+  ReactionPoint rp(p);
+  rp.on_cnp(0);
+  rp.on_cnp(4'000);  // alpha 1003 after 4 decays; target = 5009766, cut 501/1024
+  CHECK(rp.alpha() == 1003);
+  CHECK(rp.target_kbps() == 5'009'766);
+  CHECK(rp.current_kbps() == 2'558'699);
+  constexpr uint64_t kReset = 32767 * 64;
+  rp.on_sent(5'000, kReset);  // (T 0, BC 0): fast recovery, target unchanged
+  CHECK(rp.target_kbps() == 5'009'766);
+  CHECK(rp.current_kbps() == 3'784'233);
+  rp.on_sent(6'000, kReset);  // (0, 1): additive
+  CHECK(rp.target_kbps() == 5'014'766);
+  CHECK(rp.current_kbps() == 4'399'500);
+  rp.on_sent(7'000, kReset);  // (0, 2): additive
+  CHECK(rp.target_kbps() == 5'019'766);
+  CHECK(rp.current_kbps() == 4'709'633);
+  rp.advance(303'999);
+  CHECK(rp.time_stage() == 0);
+  rp.advance(304'000);  // 300 us after the decrease, (0, 3): additive
+  CHECK(rp.time_stage() == 1);
+  CHECK(rp.target_kbps() == 5'024'766);
+  CHECK(rp.current_kbps() == 4'867'200);
+  rp.advance(604'000);  // (1, 3): additive
+  CHECK(rp.target_kbps() == 5'029'766);
+  CHECK(rp.current_kbps() == 4'948'483);
+  CHECK(rp.counters().hyper == 0);
+  rp.on_sent(604'001, kReset);  // (2, 3): both past the threshold: hyper
+  CHECK(rp.target_kbps() == 5'079'766);
+  CHECK(rp.current_kbps() == 5'014'125);
+  CHECK(rp.counters().hyper == 1);
+  CHECK(rp.counters().increases == 6);
+
+  // Threshold F = 3: three byte stages of fast recovery (target kept), then additive.
+  Params f;
+  f.line_rate_kbps = 10'000'000;
+  f.threshold = 3;
+  ReactionPoint fr(f);
+  fr.on_cnp(0);
+  const uint32_t want[] = {7'504'883, 8'752'442, 9'376'221, 9'688'111};
+  for (int i = 0; i < 4; ++i) {
+    fr.on_sent(1'000 + i, kReset);
+    CHECK(fr.current_kbps() == want[i]);
+    CHECK(fr.target_kbps() == 10'000'000);
+  }
+}
+
+TEST_CASE("dcqcn: the pacer's wait follows the rate: an increase shortens what a slow rate had scheduled") {
+  Params p;
+  p.line_rate_kbps = 100'000;
+  ReactionPoint rp(p);
+  rp.on_cnp(0);
+  REQUIRE(rp.current_kbps() == 50'098);
+  // 1000 bytes at 50098 kb/s: 159687 ns each; ten sent at once owe 1596870 ns.
+  for (int i = 0; i < 10; ++i) rp.on_sent(0, 1000);
+  CHECK(rp.next_send_ns() == 1'596'870);
+  // At 300 us the timer's fast recovery raises the rate to 75049 kb/s: the
+  // 1296870 ns still owed shrink by 50098/75049.
+  rp.advance(300'000);
+  CHECK(rp.current_kbps() == 75'049);
+  CHECK(rp.next_send_ns() == 300'000 + 1'296'870ull * 50'098 / 75'049);
+  CHECK(rp.next_send_ns() == 1'165'708);
+}
+
 namespace {
 struct Run {
   uint64_t virtual_ns = 0;

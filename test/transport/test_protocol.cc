@@ -512,6 +512,82 @@ TEST_CASE("protocol: ECN CE mark makes a CNP rate-limited per QP", "[protocol][e
   CHECK(p.q().ctr.cnp_received == 1);
 }
 
+// The notification point as NVIDIA's roce_np defaults it: at most one CNP per
+// QP per min_time_between_cnps (4 us), DSCP 48, priority 6 on a VLAN, Not-ECT.
+TEST_CASE("protocol: notification point one CNP per QP per min_time_between_cnps with its DSCP and priority",
+          "[protocol][ecn]") {
+  EngineConfig defaults;
+  CHECK(defaults.cnp_interval_ns == 4'000);
+  CHECK(defaults.cnp_dscp == 48);
+  CHECK(defaults.cnp_prio == 6);
+  CHECK(defaults.ecn);
+  CHECK(defaults.cnp);
+  Proto p;
+  std::vector<uint8_t> data(64, 1);
+  auto w = p.hdr(wire::op::RC_WRITE_ONLY, kRqPsn, false);
+  w.ext.reth = {p.mem->addr(), p.mem->key, 64};
+  w.l3.tos = wire::kEcnCe;
+  w.l2.vlan = true;
+  w.l2.vlan_tci = 5;  // VID 5, PCP 0
+  // A CE-marked packet every 500 ns for 20 us: CNPs at 0, 4, 8, 12, 16 us.
+  const uint64_t t0 = p.clock.now_ns();
+  std::vector<uint64_t> at;
+  for (uint32_t i = 0; i < 40; ++i) {
+    w.bth.psn = kRqPsn + i;
+    p.send(w, data);
+    for (const Frame& f : p.run(0, 1)) {
+      if (f.v.h.bth.opcode != wire::op::CNP) continue;
+      at.push_back(p.clock.now_ns() - t0);
+      CHECK(f.v.h.l3.tos == (48 << 2));  // DSCP 48, Not-ECT
+      CHECK(f.v.h.l2.vlan);
+      CHECK(f.v.h.l2.vlan_tci == ((6 << 13) | 5));
+      CHECK(f.v.h.bth.dqpn == kPeerQpn);
+    }
+    p.clock.advance(500);
+  }
+  CHECK(at == std::vector<uint64_t>{0, 4'000, 8'000, 12'000, 16'000});
+  CHECK(p.dut.eng->counter(Ctr::CeReceived) == 40);
+  CHECK(p.dut.eng->counter(Ctr::CnpSent) == 5);
+  CHECK(p.dut.eng->counter(Ctr::CnpSuppressed) == 35);
+  CHECK(p.q().ctr.cnp_sent == 5);
+}
+
+TEST_CASE("protocol: ECT marking and CNPs are each configurable", "[protocol][ecn]") {
+  for (const bool ecn : {true, false}) {
+    for (const bool cnp : {true, false}) {
+      EngineConfig cfg;
+      cfg.ecn = ecn;
+      cfg.cnp = cnp;
+      cfg.cnp_dscp = 26;
+      Proto p(QpType::RC, {}, cfg);
+      std::vector<uint8_t> data(64, 1);
+      auto w = p.hdr(wire::op::RC_WRITE_ONLY, kRqPsn);
+      w.ext.reth = {p.mem->addr(), p.mem->key, 64};
+      w.l3.tos = wire::kEcnCe | (10 << 2);
+      p.send(w, data);
+      const auto out = p.run(1000);
+      const Frame* ack = nullptr;
+      const Frame* cn = nullptr;
+      for (auto& f : out) (f.v.h.bth.opcode == wire::op::CNP ? cn : ack) = &f;
+      REQUIRE(ack);
+      CHECK(ack->v.h.bth.opcode == wire::op::RC_ACKNOWLEDGE);
+      CHECK(ack->v.h.l3.ecn() == (ecn ? wire::kEcnEct0 : wire::kEcnNotEct));
+      CHECK(p.dut.eng->counter(Ctr::CeReceived) == 1);
+      CHECK((cn != nullptr) == cnp);
+      if (cn) CHECK(cn->v.h.l3.tos == (26 << 2));
+      // The DUT's own requests: ECT(0) or Not-ECT likewise.
+      auto& src = p.dut.buffer(64);
+      SendWr wr = make_wr(1, WrOpcode::RdmaWrite, src, 0, 64);
+      wr.rdma = {0x1000, 0x1234};
+      REQUIRE(p.dut.eng->post_send(p.qpn, wr) == 0);
+      const auto req = p.run(1000);
+      REQUIRE(req.size() == 1);
+      CHECK(req[0].v.h.bth.opcode == wire::op::RC_WRITE_ONLY);
+      CHECK(req[0].v.h.l3.ecn() == (ecn ? wire::kEcnEct0 : wire::kEcnNotEct));
+    }
+  }
+}
+
 TEST_CASE("protocol: UC drops a message with a PSN gap and resyncs", "[protocol][uc]") {
   Proto p(QpType::UC);
   auto& rb = p.dut.buffer(8192);

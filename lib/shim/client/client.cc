@@ -121,7 +121,7 @@ int ClientQp::attach(int fd, const CreateQpResp& r, bool has_srq) {
       {DROCE_SHM_RING_RECV, r.rq_entries, sizeof(droce_shm_recv_wqe), 0, 0}};
   if (!check_object_region(region_, DROCE_SHM_REGION_QP, spec, has_srq ? 1 : 2)) return -EPROTO;
   if (!sq.attach(region_ring(region_, 0), r.sq_entries)) return -EPROTO;
-  if (!has_srq && !rq.attach(region_ring(region_, 1), r.rq_entries)) return -EPROTO;
+  if (!has_srq && !rq.attach(region_ring(region_, 1), r.rq_entries, true)) return -EPROTO;
   return 0;
 }
 
@@ -129,7 +129,7 @@ int ClientSrq::attach(int fd, const CreateSrqResp& r) {
   if (int rc = region_.map(fd, r.region_size)) return rc;
   RingSpec spec{DROCE_SHM_RING_RECV, r.ring_entries, sizeof(droce_shm_recv_wqe), 0, 0};
   if (!check_object_region(region_, DROCE_SHM_REGION_SRQ, &spec, 1)) return -EPROTO;
-  return rq.attach(region_ring(region_, 0), r.ring_entries) ? 0 : -EPROTO;
+  return rq.attach(region_ring(region_, 0), r.ring_entries, true) ? 0 : -EPROTO;
 }
 
 // ---- memory registry ------------------------------------------------------

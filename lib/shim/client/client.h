@@ -98,7 +98,9 @@ class ClientQp {
  public:
   int attach(int fd, const proto::CreateQpResp& r, bool has_srq);
   RingProducer<droce_shm_send_wqe> sq;
-  RingProducer<droce_shm_recv_wqe> rq;  // unattached with an SRQ
+  // Unattached with an SRQ. Follows the daemon's `done`: full at max_recv_wr
+  // receives not yet finished (ibv_post_recv: ENOMEM).
+  RingProducer<droce_shm_recv_wqe> rq;
   SpinLock sq_lock, rq_lock;
 
  private:
@@ -108,7 +110,7 @@ class ClientQp {
 class ClientSrq {
  public:
   int attach(int fd, const proto::CreateSrqResp& r);
-  RingProducer<droce_shm_recv_wqe> rq;
+  RingProducer<droce_shm_recv_wqe> rq;  // follows `done`, as ClientQp's rq
   SpinLock lock;
 
  private:

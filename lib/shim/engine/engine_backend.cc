@@ -82,6 +82,7 @@ struct EngineShimBackend::Srq {
   transport::Engine* eng = nullptr;
   verbs::Srq* esrq = nullptr;
   RingConsumer<droce_shm_recv_wqe> ring;
+  uint32_t done = 0;  // the ring's `done` as last published
   uint32_t max_sge = 1;
   ibv_srq_attr attr{};
   bool dead = false;
@@ -105,6 +106,7 @@ struct EngineShimBackend::Qp {
   Srq* srq = nullptr;
   RingConsumer<droce_shm_send_wqe> sq;
   RingConsumer<droce_shm_recv_wqe> rq;
+  uint32_t rq_done = 0;  // the receive ring's `done` as last published
   bool has_rq = false;
   uint32_t max_send_sge = 1, max_recv_sge = 1;
   bool dead = false;
@@ -207,7 +209,12 @@ int EngineShimBackend::query_device(uint32_t dev, ibv_device_attr& a) {
   a.max_qp_wr = 4096;
   a.device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_SYS_IMAGE_GUID | IBV_DEVICE_MEM_WINDOW |
                        IBV_DEVICE_MEM_WINDOW_TYPE_2B;
-  a.max_mw = static_cast<int>(transport::EngineConfig{}.max_mws);
+  const transport::EngineConfig ec{};  // droced's dataplane keeps these defaults
+  a.max_mw = static_cast<int>(ec.max_mws);
+  // UD multicast (attach_mcast): groups and QPs per group of the core's engine.
+  a.max_mcast_grp = static_cast<int>(ec.max_mcast_groups);
+  a.max_mcast_qp_attach = static_cast<int>(ec.max_mcast_qps_per_group);
+  a.max_total_mcast_qp_attach = a.max_mcast_grp * a.max_mcast_qp_attach;
   a.max_sge = verbs::kMaxSge;
   a.max_sge_rd = verbs::kMaxSge;
   a.max_cq = static_cast<int>(cfg_.roce.max_qps) * 2;
@@ -777,6 +784,15 @@ uint32_t release(Ring& ring, uint32_t n, Ctr& ctr) noexcept {
   }
   return n;
 }
+// Publishes a receive ring's `done` (droce_shm_abi.h, "receive depth"): the
+// WQEs copied out (cons) minus those the engine still holds. One store, and
+// only when it moved.
+void publish_done(RingConsumer<droce_shm_recv_wqe>& ring, uint32_t& last, uint32_t held) noexcept {
+  const uint32_t done = ring.cons() - held;
+  if (done == last) return;
+  last = done;
+  recv_ring_set_done(ring.hdr(), done);
+}
 void to_recv_wr(const droce_shm_recv_wqe& w, verbs::RecvWr& r) noexcept {
   r.wr_id = w.wr_id;
   r.num_sge = w.num_sge;
@@ -882,7 +898,24 @@ uint32_t EngineShimBackend::drain_sq(Core& k, Qp& q) noexcept {
   return release(q.sq, i, k.sq_wqes);
 }
 
+// The receives the engine holds for q: queued, and the one a message is
+// landing in (rxe frees an RQ slot only when its receive completes). A QP on
+// an SRQ holds none of its ring's (the SRQ counts them).
+void EngineShimBackend::publish_rq_done(Qp& q) noexcept {
+  if (!q.has_rq || q.dead) return;
+  publish_done(q.rq, q.rq_done, q.eqp->rq.count() + (q.eqp->resp.have_recv ? 1u : 0u));
+}
+
 uint32_t EngineShimBackend::drain_qp(Core& k, Qp& q) noexcept {
+  const uint32_t work = drain_qp_rings(k, q);
+  // After everything here that may complete receives (a bad WQE's QP_ERR
+  // flush included) and before the CQs are drained: a program that reaped a
+  // receive's completion finds its slot free.
+  publish_rq_done(q);
+  return work;
+}
+
+uint32_t EngineShimBackend::drain_qp_rings(Core& k, Qp& q) noexcept {
   if (q.dead) return 0;
   const verbs::QpState st = q.eqp->state;
   check_async(k, q, st);
@@ -922,7 +955,9 @@ uint32_t EngineShimBackend::drain_srq(Core& k, Srq& s) noexcept {
     if (s.eng->post_srq_recv(s.esrq, r) == ENOMEM) break;
   }
   release(s.ring, i, k.rq_wqes);
-  ring_corrupt(s.ring, s.dead, k.corrupt);
+  if (ring_corrupt(s.ring, s.dead, k.corrupt)) return i;
+  // A WQE leaves the SRQ when a QP takes it (as rxe frees the SRQ slot).
+  publish_done(s.ring, s.done, s.esrq->count());
   // Armed limit: fewer WQEs left (in the engine's SRQ and still in the ring) than it.
   const uint32_t lim = s.limit.load(std::memory_order_acquire);
   if (lim != 0 && s.esrq->count() + s.ring.available() < lim) {
@@ -945,6 +980,7 @@ void EngineShimBackend::cq_overrun(Core& k, Cq& c) noexcept {
     verbs::QpAttr a;
     a.qp_state = verbs::QpState::Err;
     q->eng->modify_qp(q->qpn, a, verbs::kQpState);
+    publish_rq_done(*q);  // flushed: before their completions are published
   }
 }
 

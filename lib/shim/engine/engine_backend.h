@@ -124,6 +124,8 @@ class EngineShimBackend final : public ShimBackend {
   int mcast_member(ObjId id, const ibv_gid& gid, Qp** qp, wire::Gid* g);
   uint32_t poll_core(Core& k) noexcept;
   uint32_t drain_qp(Core& k, Qp& q) noexcept;
+  uint32_t drain_qp_rings(Core& k, Qp& q) noexcept;
+  void publish_rq_done(Qp& q) noexcept;
   uint32_t drain_rq(Core& k, Qp& q, verbs::QpState st) noexcept;
   uint32_t drain_sq(Core& k, Qp& q) noexcept;
   void check_async(Core& k, Qp& q, verbs::QpState st) noexcept;

@@ -875,7 +875,10 @@ ibv_context* droce_v11_ibv_open_device(ibv_device* d) {
   v.query_device_ex = vctx_query_device_ex;
   ibv_context& c = v.context;
   c.device = d;
-  c.cmd_fd = -1;  // no kernel command fd
+  // No kernel command fd: the context's own descriptor is its connection to
+  // droced, a real fd a program may dup to share the context (rdma-core's
+  // shared-PD test does); ibv_import_device on it answers EOPNOTSUPP, as rxe.
+  c.cmd_fd = f->conn.fd();
   // Asynchronous events: the daemon's counter of pending events and the
   // control socket's hang-up, both behind one pollable fd.
   Empty e;

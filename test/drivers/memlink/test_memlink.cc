@@ -177,3 +177,45 @@ TEST_CASE("memlink: a port's line rate spaces the frames it sends", "[memlink]")
   clock.set(t0 + 6000);
   CHECK(receive(b).size() == 2);
 }
+
+TEST_CASE("memlink: a port's TX backlog bound takes a burst only while it fits", "[memlink]") {
+  memlink::VirtualClock clock;
+  memlink::Link link(clock, 1, 64, 2048);
+  auto& a = link.add_port(mac(1));
+  auto& b = link.add_port(mac(2));
+  a.set_tx_rate(158ull * 8 * 1'000'000 / 2, 3 * 158);  // 2 us a 158-byte frame, three frames of ring
+  const uint64_t t0 = clock.now_ns();
+  for (uint32_t i = 0; i < 3; ++i) send(a, 2, i);  // the line is busy until t0 + 6000
+  CHECK(a.tx_ready_ns() == 0);
+  // Two more frames, built in place.
+  io::PktBuf* bufs[2];
+  REQUIRE(a.alloc_burst(bufs, 2) == 2);
+  for (uint32_t i = 0; i < 2; ++i) {
+    wire::Headers h;
+    h.l2.src = a.mac();
+    h.l2.dst = mac(2);
+    h.l3.src = wire::gid_from_ipv4(0x0A000001);
+    h.l3.dst = wire::gid_from_ipv4(0x0A000002);
+    h.bth.opcode = wire::op::RC_SEND_ONLY;
+    h.bth.psn = 3 + i;
+    std::vector<uint8_t> payload(100, 0);
+    bufs[i]->len = static_cast<uint32_t>(wire::build_frame({bufs[i]->data, bufs[i]->cap}, h, payload));
+    REQUIRE(bufs[i]->len == 158);
+  }
+  CHECK(a.tx_burst(bufs, 2) == 0);
+  // A frame fits once at most 2 * 158 bytes (4000 ns) wait for the line: t0 + 2000.
+  CHECK(a.tx_ready_ns() == t0 + 2000);
+  clock.set(t0 + 1999);
+  CHECK(a.tx_burst(bufs, 2) == 0);
+  clock.set(t0 + 2000);
+  CHECK(a.tx_burst(bufs, 2) == 1);  // one fits, the second waits again
+  CHECK(a.tx_ready_ns() == t0 + 4000);
+  clock.set(t0 + 4000);
+  CHECK(a.tx_burst(&bufs[1], 1) == 1);
+  CHECK(a.tx_ready_ns() == 0);
+  clock.set(t0 + 7999);
+  CHECK(receive(b) == std::vector<uint32_t>{0, 1, 2});
+  clock.set(t0 + 10'000);  // on the wire from 6000 and 8000, each 2000 ns long
+  CHECK(receive(b) == std::vector<uint32_t>{3, 4});
+  CHECK(link.free_bufs() == 64);
+}

@@ -910,9 +910,11 @@ DROCE_EXPORT int rdma_create_qp_ex(rdma_cm_id* id, ibv_qp_init_attr_ex* attr) {
     return fail(EINVAL);
   }
   if (attr->pd == nullptr) return fail(EINVAL);
-  // No XRC or create flags on droce; send ops (the drop-in's ibv_create_qp_ex)
-  // are not passed through yet: plain RC/UC/UD QPs.
-  if (attr->comp_mask & ~static_cast<uint32_t>(IBV_QP_INIT_ATTR_PD)) return fail(EOPNOTSUPP);
+  // The drop-in's ibv_create_qp_ex takes send ops (an ibv_qp_ex: ibv_wr_*) and
+  // the create-flags mask with no flag set; no XRC (EOPNOTSUPP, as it answers).
+  constexpr uint32_t kMask =
+      IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+  if (attr->comp_mask & ~kMask) return fail(EOPNOTSUPP);
   if ((id->recv_cq && attr->recv_cq && id->recv_cq != attr->recv_cq) ||
       (id->send_cq && attr->send_cq && id->send_cq != attr->send_cq))
     return fail(EINVAL);
@@ -922,8 +924,8 @@ DROCE_EXPORT int rdma_create_qp_ex(rdma_cm_id* id, ibv_qp_init_attr_ex* attr) {
   if (!attr->send_cq) attr->send_cq = id->send_cq;
   if (!attr->recv_cq) attr->recv_cq = id->recv_cq;
   if (id->srq && !attr->srq) attr->srq = id->srq;
-  // ibv_qp_init_attr is the head of ibv_qp_init_attr_ex.
-  ibv_qp* qp = ibv_create_qp(attr->pd, reinterpret_cast<ibv_qp_init_attr*>(attr));
+  // verbs.h's ibv_create_qp_ex: ibv_create_qp for PD alone, else the context's create_qp_ex.
+  ibv_qp* qp = ibv_create_qp_ex(id->verbs, attr);
   if (qp == nullptr) {
     int e = errno ? errno : ENOMEM;
     destroy_cqs(id);
