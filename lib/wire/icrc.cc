@@ -248,7 +248,39 @@ bool crc32_select(Crc32Impl impl) noexcept {
   return true;
 }
 
+#if defined(__x86_64__)
+namespace {
+// The common case, IPv4 without options: the 48 bytes (4 zero, 4 x 0xFF, IP 20,
+// UDP 8, BTH 12) are three 16-byte blocks, each a load of the header ORed with
+// the mask of its variant fields: no byte-wise copy.
+__attribute__((target("sse2"))) void icrc_begin_ipv4(IcrcState& st, const uint8_t* l3) noexcept {
+  alignas(16) uint8_t buf[48];
+  const __m128i lead = _mm_set_epi8(0, 0, 0, 0, 0, 0, static_cast<char>(0xFF), 0,  // ip[1] TOS
+                                    -1, -1, -1, -1, 0, 0, 0, 0);
+  __m128i b0 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(l3));  // ip[0..7] in bytes 0..7
+  b0 = _mm_or_si128(_mm_slli_si128(b0, 8), lead);
+  // ip[8] TTL, ip[10..11] checksum.
+  const __m128i m1 = _mm_set_epi8(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, -1, -1, 0, -1);
+  const __m128i b1 = _mm_or_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(l3 + 8)), m1);
+  // udp[6..7] checksum (bytes 2, 3), bth[4] resv8a (byte 8).
+  const __m128i m2 = _mm_set_epi8(0, 0, 0, 0, 0, 0, 0, -1, 0, 0, 0, 0, -1, -1, 0, 0);
+  const __m128i b2 = _mm_or_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(l3 + 24)), m2);
+  _mm_store_si128(reinterpret_cast<__m128i*>(buf), b0);
+  _mm_store_si128(reinterpret_cast<__m128i*>(buf + 16), b1);
+  _mm_store_si128(reinterpret_cast<__m128i*>(buf + 32), b2);
+  st.update(buf, sizeof buf);
+}
+}  // namespace
+#endif
+
 IcrcState icrc_begin(const uint8_t* l3, size_t ip_hdr_len, bool ipv6) noexcept {
+#if defined(__x86_64__)
+  if (!ipv6 && ip_hdr_len == 20) {
+    IcrcState st;
+    icrc_begin_ipv4(st, l3);
+    return st;
+  }
+#endif
   // 8 x 0xFF, IP header (<= 60), UDP (8), BTH (12), all masked as A17 says.
   // With the standard all-ones initial value, the CRC register is zero after
   // the first four 0xFF bytes, and leading zero bytes leave a zero register

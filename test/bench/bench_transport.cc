@@ -248,12 +248,14 @@ double run_scaling(uint32_t nqp, double secs) {
   auto t0 = SteadyClock::now();
   bool warm = false;
   for (;;) {
-    for (uint32_t tries = 0; posted - done < window && tries < nqp; ++tries) {
+    // Fill the window: up to per_qp WRs on each QP in turn (a full pass over the QPs at most).
+    for (uint32_t tries = 0; posted - done < window && tries < nqp * per_qp; ++tries) {
       const uint32_t i = next;
       next = next + 1 == nqp ? 0 : next + 1;
       if (busy[i] >= per_qp) continue;
       if (p.a->post_send(qa[i], wr)) break;
       ++busy[i];
+      if (busy[i] < per_qp) next = i;  // this QP again until its share is posted
       ++posted;
     }
     p.a->poll();
@@ -274,6 +276,8 @@ double run_scaling(uint32_t nqp, double secs) {
       t0 = SteadyClock::now();
       done0 = done;
     } else if (warm && el >= secs) {
+      g_frames_per_msg = static_cast<double>(p.a->counter(Ctr::TxFrames) + p.b->counter(Ctr::TxFrames)) /
+                         static_cast<double>(done ? done : 1);
       return static_cast<double>(done - done0) / el;
     }
   }
