@@ -433,7 +433,7 @@ TEST_CASE("mutated configs: a ConfigError or a valid config, never anything else
 }
 
 TEST_CASE("[port] dcqcn and [port.dcqcn_params]: NVIDIA's defaults, every key read", "[config][dcqcn]") {
-  const auto& d = parse_config(kPort).ports[0].dcqcn;
+  const auto d = parse_config(kPort).ports[0].dcqcn;  // a copy: the Config is a temporary
   CHECK_FALSE(d.enabled);
   CHECK(d.alpha_g == 1019);
   CHECK(d.initial_alpha == 1023);
@@ -501,10 +501,10 @@ TEST_CASE("set_dcqcn_key / check_dcqcn: the checks `droce-ctl dcqcn set` goes th
 }
 
 TEST_CASE("[port.fault.tx.bottleneck]: the fault injector's bottleneck mode", "[config][bottleneck]") {
-  const auto& none = parse_config(kPort).ports[0].fault;
+  const auto none = parse_config(kPort).ports[0].fault;
   CHECK_FALSE(none.tx.bottleneck.active());
   CHECK_FALSE(none.tx.any());
-  const auto& f = parse_config(kPort + "[port.fault.tx.bottleneck]\nrate_gbps = 2.5\nkmin_bytes = 1000\nkmax_bytes = 9000\n"
+  const auto f = parse_config(kPort + "[port.fault.tx.bottleneck]\nrate_gbps = 2.5\nkmin_bytes = 1000\nkmax_bytes = 9000\n"
                                        "pmax = 0.2\nlimit_bytes = 50000\necn = false\n")
                       .ports[0]
                       .fault;
