@@ -954,7 +954,10 @@ TEST_CASE("dataplane: UD multicast: group MACs accepted, fan-out to every core w
   CHECK(b.attach_mcast(0, r0.qpn, wire::gid_from_ipv4(0x0A400001)) == EINVAL);
   QpRef rc = make_qp(b, 0, pdb);
   CHECK(b.attach_mcast(0, rc.qpn, group) == EINVAL);
-  CHECK(b.attach_mcast(0, 60, group) == EINVAL);
+  // QPNs are random: pick an even (core 0) number that no QP of node b has.
+  uint32_t nobody_qpn = 60;
+  while (nobody_qpn == r0.qpn || nobody_qpn == idle.qpn || nobody_qpn == rc.qpn) nobody_qpn += 2;
+  CHECK(b.attach_mcast(0, nobody_qpn, group) == EINVAL);
   CHECK(b.detach_mcast(0, idle.qpn, group) == EINVAL);
   CHECK(b.mcast_groups(0) == std::vector<wire::Gid>{group});
   CHECK(b.core(0).engine(0)->mcast_memberships() == 1);
