@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <csignal>
+#include <sched.h>
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -31,6 +32,7 @@ struct Opts {
   uint32_t mtu = 1024;
   double f_drop_rx = 0, f_drop_tx = 0;
   bool no_remote_inv = false;
+  bool one_thread = false;
 };
 
 void print_report(const nvmf::rdma::RdmaTarget& t) {
@@ -41,8 +43,8 @@ void print_report(const nvmf::rdma::RdmaTarget& t) {
               (unsigned long)c.rejected_private, (unsigned long)c.rejected_resources, (unsigned long)c.disconnects_sent,
               (unsigned long)c.keep_alive_expired, (unsigned long)c.queues_destroyed);
   for (const auto& l : t.loop_report())
-    std::printf("droce-nvmf: loop %u live_queues %zu commands %lu bytes_in %lu bytes_out %lu errors %lu file_commands %lu\n",
-                l.loop, l.live_queues, (unsigned long)l.commands, (unsigned long)l.bytes_in, (unsigned long)l.bytes_out,
+    std::printf("droce-nvmf: loop %u tid %u live_queues %zu commands %lu bytes_in %lu bytes_out %lu errors %lu file_commands %lu\n",
+                l.loop, l.tid, l.live_queues, (unsigned long)l.commands, (unsigned long)l.bytes_in, (unsigned long)l.bytes_out,
                 (unsigned long)l.errors, (unsigned long)l.file_commands);
   for (const auto& q : t.report())
     std::printf("droce-nvmf: queue %s loop %u qid %u cntlid %u depth %u qpn %u peer %s commands %lu bytes_in %lu bytes_out %lu "
@@ -76,6 +78,8 @@ int main(int argc, char** argv) {
                  "control socket: counters at run time (droce-ctl -s SOCKET nvmf; lib/nvmf/README.md)");
   app.add_flag("--no-remote-invalidate", o.no_remote_inv,
                "answer with a plain SEND even when the host's SGL asks for invalidation (the host invalidates)");
+  app.add_flag("--one-thread", o.one_thread,
+               "drive every core loop from the main thread (default: loops 1..cores-1 on threads of their own)");
   app.footer("EAL arguments after --. `listen` defaults to the --ip addresses. SIGTERM/SIGINT disconnect the hosts "
              "and exit 0 after printing per-queue counters.");
   try {
@@ -108,6 +112,7 @@ int main(int argc, char** argv) {
     ro.listen = cfg.listen;
     ro.port = cfg.target.port;
     ro.remote_invalidate = !o.no_remote_inv;
+    ro.threads = !o.one_thread;  // loops 1..N-1 on threads of their own (lib/nvmf/README.md)
     nvmf::rdma::RdmaTarget tgt(node, target, ro);
     std::unique_ptr<nvmf::rdma::ControlPort> ctl;
     if (!o.control.empty()) ctl = std::make_unique<nvmf::rdma::ControlPort>(tgt, o.control);
@@ -117,11 +122,22 @@ int main(int argc, char** argv) {
     for (const auto& l : tgt.listening()) where += (where.empty() ? "" : " ") + l;
     size_t nss = 0;
     for (const auto& s : cfg.subsystems) nss += s.namespaces.size();
-    std::printf("droce-nvmf: listening on %s (%zu subsystem(s), %zu namespace(s), device %s, %zu core loop(s))\n",
-                where.c_str(), cfg.subsystems.size(), nss, o.device.c_str(), tgt.loops());
+    std::printf("droce-nvmf: listening on %s (%zu subsystem(s), %zu namespace(s), device %s, %zu core loop(s) on %zu "
+                "thread(s))\n",
+                where.c_str(), cfg.subsystems.size(), nss, o.device.c_str(), tgt.loops(),
+                tgt.threaded() ? tgt.loops() : size_t{1});
     std::fflush(stdout);
+    // As the dataplane's own loops (lib/engine/README.md): after 256 polls in a
+    // row without work, sched_yield(), so that on a CPU shared with other loop
+    // threads (threads mode) or processes an idle loop hands the CPU over.
+    uint32_t idle = 0;
     while (!g_stop.load(std::memory_order_relaxed)) {
-      tgt.poll();
+      if (tgt.poll() != 0) {
+        idle = 0;
+      } else if (++idle >= 256) {
+        idle = 0;
+        sched_yield();
+      }
       if (ctl) ctl->service();  // one atomic load unless droce-ctl asked
     }
     // Clean shutdown: DREQ to every host, then wait (bounded) for the answers.

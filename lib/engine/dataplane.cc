@@ -739,15 +739,16 @@ Dataplane::~Dataplane() {
 
 int Dataplane::launch(void* arg) {
   auto* c = static_cast<CoreLoop*>(arg);
-  c->dp_.loop(*c);
+  c->driver_.store(std::this_thread::get_id(), std::memory_order_release);
+  c->dp_.loop(*c, c->dp_.stop_);
   return 0;
 }
 
-void Dataplane::loop(CoreLoop& c) noexcept {
+void Dataplane::loop(CoreLoop& c, const std::atomic<bool>& stop) noexcept {
   spdlog::debug("dataplane: core {} running on lcore {}", c.index(), rte_lcore_id());
   const uint32_t yield_after = cfg_.cores[c.index()].idle_yield_polls;
   uint32_t idle = 0;
-  while (!stop_.load(std::memory_order_relaxed)) {
+  while (!stop.load(std::memory_order_relaxed)) {
     if (c.poll_once() != 0) {
       idle = 0;
     } else if (yield_after != 0 && ++idle >= yield_after) {
@@ -760,17 +761,20 @@ void Dataplane::loop(CoreLoop& c) noexcept {
 
 void Dataplane::start() {
   if (running_) return;
+  if (threads_running()) throw DataplaneError("dataplane: start: loops run on threads of start_threads already");
   stop_.store(false);
   const unsigned self = rte_lcore_id();
   running_ = true;
+  for (auto& cp : cores_) cp->driven_.store(true, std::memory_order_release);
   for (auto& cp : cores_) {
     CoreLoop* c = cp.get();
     if (c->lcore() == self) {
       threads_.emplace_back([this, c] {
+        c->driver_.store(std::this_thread::get_id(), std::memory_order_release);
         if (rte_thread_register() != 0)
           spdlog::warn("dataplane: rte_thread_register failed ({}): no mempool cache on this core",
                        rte_strerror(rte_errno));
-        loop(*c);
+        loop(*c, stop_);
         rte_thread_unregister();
       });
       continue;
@@ -790,7 +794,42 @@ void Dataplane::start() {
   }
 }
 
+void Dataplane::start_threads(const std::vector<size_t>& cores) {
+  if (running_ || threads_running()) throw DataplaneError("dataplane: start_threads: loops run already");
+  for (size_t i : cores)
+    if (i >= cores_.size()) throw DataplaneError("dataplane: start_threads: no core " + std::to_string(i));
+  thr_stop_.store(false);
+  for (size_t i : cores) {
+    CoreLoop* c = cores_[i].get();
+    if (c->driven()) continue;  // listed twice
+    // Driven before the thread exists: from here on run_on queues for it.
+    c->driven_.store(true, std::memory_order_release);
+    thr_.emplace_back(i, std::thread([this, c] {
+      c->driver_.store(std::this_thread::get_id(), std::memory_order_release);
+      const bool reg = rte_thread_register() == 0;
+      if (!reg)
+        spdlog::warn("dataplane: rte_thread_register failed ({}): no mempool cache on core {}",
+                     rte_strerror(rte_errno), c->index());
+      loop(*c, thr_stop_);
+      if (reg) rte_thread_unregister();
+    }));
+  }
+}
+
+void Dataplane::stop_threads() noexcept {
+  if (thr_.empty()) return;
+  thr_stop_.store(true);
+  for (auto& [i, t] : thr_) t.join();
+  for (auto& [i, t] : thr_) {
+    cores_[i]->driven_.store(false, std::memory_order_release);
+    cores_[i]->driver_.store(std::thread::id{}, std::memory_order_release);
+    cores_[i]->run_commands();  // anything queued after the loop stopped
+  }
+  thr_.clear();
+}
+
 void Dataplane::stop() noexcept {
+  stop_threads();
   if (running_) {
     for (size_t i = 0; i < cores_.size(); ++i) run_on(i, [](CoreLoop& c) { c.flush_all_st(); });
     stop_.store(true);
@@ -799,6 +838,10 @@ void Dataplane::stop() noexcept {
     launched_.clear();
     threads_.clear();
     running_ = false;
+    for (auto& c : cores_) {
+      c->driven_.store(false, std::memory_order_release);
+      c->driver_.store(std::thread::id{}, std::memory_order_release);
+    }
     for (auto& c : cores_) c->run_commands();  // anything queued after the loops stopped
   } else {
     for (auto& c : cores_) c->flush_all_st();
@@ -807,7 +850,8 @@ void Dataplane::stop() noexcept {
 
 uint32_t Dataplane::poll_all() noexcept {
   uint32_t w = 0;
-  for (auto& c : cores_) w += c->poll_once();
+  for (auto& c : cores_)
+    if (!c->driven()) w += c->poll_once();
   return w;
 }
 
@@ -899,7 +943,7 @@ void Dataplane::set_cc(uint32_t p, const PortCc& cc) {
 
 bool Dataplane::run_on(size_t core, std::function<void(CoreLoop&)> fn, Ms timeout) {
   CoreLoop& c = *cores_.at(core);
-  if (!running_) {
+  if (c.on_own_thread()) {  // not driven by a thread (embedded), or called from the core's own
     fn(c);
     return true;
   }

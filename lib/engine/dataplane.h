@@ -212,6 +212,14 @@ class CoreLoop {
   // Every QP of every slot to ERR (outstanding work completes with WR_FLUSH_ERR).
   void flush_all_st() noexcept;
 
+  // True while a thread drives this loop (Dataplane::start, start_threads):
+  // run_on then goes through the command ring, and poll_all skips it.
+  bool driven() const noexcept { return driven_.load(std::memory_order_acquire); }
+  // True on the thread that drives this loop (or on any thread when none does).
+  bool on_own_thread() const noexcept {
+    return !driven() || driver_.load(std::memory_order_acquire) == std::this_thread::get_id();
+  }
+
  private:
   friend class Dataplane;
   void housekeeping(uint64_t now) noexcept;
@@ -227,6 +235,8 @@ class CoreLoop {
   uint64_t poller_seq_ = 0;
   uint64_t next_hk_ = 0;
   stats::CounterBlock<stats::CoreCounter>* cc_ = nullptr;
+  std::atomic<bool> driven_{false};
+  std::atomic<std::thread::id> driver_{};
 };
 
 struct MrInfo {
@@ -275,8 +285,22 @@ class Dataplane {
   bool running() const noexcept { return running_; }
   bool stopping() const noexcept { return stop_.load(std::memory_order_relaxed); }
 
-  // Embedded mode (not started): one iteration of every core loop on the caller's thread.
+  // Embedded mode (not started): one iteration of every core loop on the
+  // caller's thread (loops driven by threads of start_threads are skipped).
   uint32_t poll_all() noexcept;
+  // Embedded mode with some loops on threads of their own (lib/engine/README.md,
+  // "Loops on threads in embedded mode"): each core in `cores` gets a thread
+  // (registered with the EAL for a mempool cache, not pinned) running its loop
+  // as start() does, while the caller keeps driving the others with
+  // poll_all(). From then on run_on (and every control operation built on it:
+  // reg_mr, QP creation through Embedded, ...) reaches those cores through
+  // their command rings; from the core's own thread (a poller) it runs
+  // inline. Throws DataplaneError when loops run already or a core does not exist.
+  void start_threads(const std::vector<size_t>& cores);
+  // Stops and joins those threads (QPs stay as they are; run_on is inline
+  // again). Idempotent; stop() and the destructor call it.
+  void stop_threads() noexcept;
+  bool threads_running() const noexcept { return !thr_.empty(); }
 
   size_t core_count() const noexcept { return cores_.size(); }
   CoreLoop& core(size_t i) { return *cores_.at(i); }
@@ -389,7 +413,7 @@ class Dataplane {
     rte_ring* ring(uint32_t src, uint32_t dst) const noexcept { return rings[src * cores.size() + dst]; }
   };
   static int launch(void* arg);
-  void loop(CoreLoop& c) noexcept;
+  void loop(CoreLoop& c, const std::atomic<bool>& stop) noexcept;
 
   DataplaneConfig cfg_;
   dpdk::TscClock clock_;
@@ -402,6 +426,9 @@ class Dataplane {
   bool running_ = false;
   std::vector<std::thread> threads_;   // cores on the caller's own lcore
   std::vector<unsigned> launched_;     // lcores launched with rte_eal_remote_launch
+  // start_threads: the cores' threads and their stop flag.
+  std::vector<std::pair<size_t, std::thread>> thr_;
+  std::atomic<bool> thr_stop_{false};
   std::atomic<uint32_t> pd_seq_{0};
   mutable std::mutex ctl_mu_;  // serialises control operations (run_on callers)
   struct MrRec {

@@ -142,27 +142,58 @@ QpHandle Embedded::create_qp(uint32_t pd, const QpOptions& o) {
   h.pd = pd;
   h.opt = o;
   h.eng = dp_->core(h.core).engine(0);
-  h.scq = h.eng->create_cq(o.cqe);
-  h.rcq = h.eng->create_cq(o.cqe);
-  if (!h.scq || !h.rcq) throw std::runtime_error("embedded droce: create_cq failed");
-  verbs::QpInitAttr init;
-  init.qp_type = o.type;
-  init.pd = pd;
-  init.send_cq = h.scq;
-  init.recv_cq = h.rcq;
-  init.cap = o.cap;
-  if (int rc = h.eng->create_qp(init, &h.qpn)) throw std::runtime_error("embedded droce: create_qp: errno " + std::to_string(rc));
-  verbs::QpAttr a;
-  a.qp_state = verbs::QpState::Init;
-  a.pkey_index = 0;
-  a.port_num = 1;
-  a.qkey = o.qkey;
-  a.qp_access_flags = verbs::kAccessAll;
-  const uint32_t m = verbs::kQpState | verbs::kQpPkeyIndex | verbs::kQpPort |
-                     (o.type == verbs::QpType::UD ? verbs::kQpQkey : verbs::kQpAccessFlags);
-  if (int rc = h.eng->modify_qp(h.qpn, a, m)) throw std::runtime_error("embedded droce: modify_qp INIT: errno " + std::to_string(rc));
-  return h;
+  // On the loop's own thread when one drives it (start_loop_threads), else here.
+  struct Out {
+    QpHandle h;
+    std::string err;
+    bool done = false;
+  };
+  auto out = std::make_shared<Out>();
+  out->h = h;
+  const bool ran = dp_->run_on(h.core, [out](CoreLoop&) {
+    QpHandle& q = out->h;
+    const QpOptions& o = q.opt;
+    q.scq = q.eng->create_cq(o.cqe);
+    q.rcq = q.eng->create_cq(o.cqe);
+    if (!q.scq || !q.rcq) {
+      out->err = "embedded droce: create_cq failed";
+      return;
+    }
+    verbs::QpInitAttr init;
+    init.qp_type = o.type;
+    init.pd = q.pd;
+    init.send_cq = q.scq;
+    init.recv_cq = q.rcq;
+    init.cap = o.cap;
+    if (int rc = q.eng->create_qp(init, &q.qpn)) {
+      out->err = "embedded droce: create_qp: errno " + std::to_string(rc);
+      return;
+    }
+    verbs::QpAttr a;
+    a.qp_state = verbs::QpState::Init;
+    a.pkey_index = 0;
+    a.port_num = 1;
+    a.qkey = o.qkey;
+    a.qp_access_flags = verbs::kAccessAll;
+    const uint32_t m = verbs::kQpState | verbs::kQpPkeyIndex | verbs::kQpPort |
+                       (o.type == verbs::QpType::UD ? verbs::kQpQkey : verbs::kQpAccessFlags);
+    if (int rc = q.eng->modify_qp(q.qpn, a, m)) {
+      out->err = "embedded droce: modify_qp INIT: errno " + std::to_string(rc);
+      return;
+    }
+    out->done = true;
+  });
+  if (!ran) throw std::runtime_error("embedded droce: create_qp: loop " + std::to_string(h.core) + " did not answer");
+  if (!out->done) throw std::runtime_error(out->err);
+  return out->h;
 }
+
+void Embedded::start_loop_threads() {
+  std::vector<size_t> cs(dp_->port_cores(0).begin() + 1, dp_->port_cores(0).end());
+  dp_->start_threads(cs);
+}
+
+void Embedded::stop_loop_threads() noexcept { dp_->stop_threads(); }
 
 bool Embedded::resolve(const wire::Gid& ip, wire::MacAddr& mac, uint32_t timeout_ms) {
   return dp_->resolve(0, ip, mac, Dataplane::Ms(timeout_ms));
@@ -187,17 +218,23 @@ int Embedded::connect(QpHandle& qp, const QpPeer& peer) {
   if (qp.opt.type == QpType::RC)
     m |= kQpAv | kQpPathMtu | kQpDestQpn | kQpRqPsn | kQpMaxDestRdAtomic | kQpMinRnrTimer;
   if (qp.opt.type == QpType::UC) m |= kQpAv | kQpPathMtu | kQpDestQpn | kQpRqPsn;
-  if (int rc = qp.eng->modify_qp(qp.qpn, a, m)) return rc;
-  if (qp.opt.type == QpType::UD) qp.eng->qp(qp.qpn)->mtu = mtu_bytes(qp.opt.mtu);
-  a.qp_state = QpState::Rts;
-  a.sq_psn = qp.opt.psn;
-  a.timeout = qp.opt.timeout;
-  a.retry_cnt = qp.opt.retry_cnt;
-  a.rnr_retry = qp.opt.rnr_retry;
-  a.max_rd_atomic = qp.opt.max_rd_atomic;
-  m = kQpState | kQpSqPsn;
-  if (qp.opt.type == QpType::RC) m |= kQpTimeout | kQpRetryCnt | kQpRnrRetry | kQpMaxQpRdAtomic;
-  return qp.eng->modify_qp(qp.qpn, a, m);
+  QpAttr b = a;
+  b.qp_state = QpState::Rts;
+  b.sq_psn = qp.opt.psn;
+  b.timeout = qp.opt.timeout;
+  b.retry_cnt = qp.opt.retry_cnt;
+  b.rnr_retry = qp.opt.rnr_retry;
+  b.max_rd_atomic = qp.opt.max_rd_atomic;
+  uint32_t m2 = kQpState | kQpSqPsn;
+  if (qp.opt.type == QpType::RC) m2 |= kQpTimeout | kQpRetryCnt | kQpRnrRetry | kQpMaxQpRdAtomic;
+  // On the QP's loop (its own thread when one drives it).
+  auto rc = std::make_shared<int>(ETIMEDOUT);
+  dp_->run_on(qp.core, [rc, eng = qp.eng, qpn = qp.qpn, type = qp.opt.type, mtu = qp.opt.mtu, a, b, m, m2](CoreLoop&) {
+    if ((*rc = eng->modify_qp(qpn, a, m)) != 0) return;
+    if (type == QpType::UD) eng->qp(qpn)->mtu = mtu_bytes(mtu);
+    *rc = eng->modify_qp(qpn, b, m2);
+  });
+  return *rc;
 }
 
 int Embedded::connect(QpHandle& qp, const cm::QpParams& p, const wire::MacAddr& mac) {
@@ -215,9 +252,10 @@ int Embedded::connect(QpHandle& qp, const cm::QpParams& p, const wire::MacAddr& 
 
 int Embedded::destroy_qp(QpHandle& qp) {
   if (!qp.eng) return EINVAL;
-  const int rc = qp.eng->destroy_qp(qp.qpn);
+  auto rc = std::make_shared<int>(ETIMEDOUT);
+  dp_->run_on(qp.core, [rc, eng = qp.eng, qpn = qp.qpn](CoreLoop&) { *rc = eng->destroy_qp(qpn); });
   qp.eng = nullptr;
-  return rc;
+  return *rc;
 }
 
 int split_eal_args(int argc, char** argv, std::vector<std::string>& eal) {

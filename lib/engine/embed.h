@@ -1,6 +1,7 @@
 // Embedding API: the droce dataplane as a library an application links and
-// drives from its own poll loop. No threads of its own: every call, and
-// poll(), runs on the application's thread.
+// drives from its own poll loop. No threads of its own unless asked
+// (start_loop_threads, below): every call, and poll(), runs on the
+// application's thread.
 //
 //   engine::EmbedOptions o;
 //   o.device = "net_af_packet0,iface=veth0";
@@ -18,6 +19,11 @@
 // With queues > 1 the port gets several RX/TX queues and one CoreLoop each
 // (all polled by poll()); a QP lives on the loop that owns its QPN, frames
 // landing on another queue are forwarded through the SPSC rings.
+// start_loop_threads() instead gives loops 1..N-1 a thread each (poll() then
+// drives loop 0 and the CM only); control calls (create_qp, connect,
+// destroy_qp, reg_mr) reach those loops through their command rings, while
+// post_send / post_recv and the QP's CQs belong to its loop's thread (a
+// poller installed with dataplane().add_poller).
 #pragma once
 
 #include <cstdint>
@@ -101,6 +107,12 @@ class Embedded {
   uint32_t poll() noexcept { return dp_->poll_all() + (agent_ ? poll_cm() : 0); }
 
   Dataplane& dataplane() noexcept { return *dp_; }
+  // Loops 1..loops()-1 on threads of their own (Dataplane::start_threads;
+  // their pollers run there), loop 0 and the CM stay with poll(). Throws
+  // DataplaneError. stop_loop_threads joins them (also done by ~Embedded).
+  void start_loop_threads();
+  void stop_loop_threads() noexcept;
+  bool loop_threads_running() const noexcept { return dp_->threads_running(); }
   // Core loops of the port (EmbedOptions::queues); loop 0 is the home loop (ARP, CM).
   size_t loops() const noexcept { return dp_->port_cores(0).size(); }
   dpdk::Port& port() noexcept { return *port_; }

@@ -456,13 +456,21 @@ Subsystem* Target::subsystem(std::string_view nqn) noexcept {
 }
 
 Controller* Target::controller(uint16_t cntlid) noexcept {
+  std::lock_guard lk(mu_);
   auto it = ctrls_.find(cntlid);
   return it == ctrls_.end() ? nullptr : it->second.get();
 }
 
-void Target::destroy(uint16_t cntlid) noexcept { ctrls_.erase(cntlid); }
+void Target::destroy(uint16_t cntlid) noexcept {
+  std::lock_guard lk(mu_);
+  auto it = ctrls_.find(cntlid);
+  if (it == ctrls_.end()) return;
+  it->second->gone_.store(true, std::memory_order_release);
+  ctrls_.erase(it);
+}
 
 Target::Connected Target::connect(const Sqe& s, std::span<const uint8_t> data, uint16_t cm_qid, uint64_t now_ns) {
+  std::lock_guard lk(mu_);
   Connected out;
   out.cqe.cid = s.cid;
   auto fail = [&](Status st, uint32_t result = 0) {
@@ -495,14 +503,16 @@ Target::Connected Target::connect(const Sqe& s, std::span<const uint8_t> data, u
       }
     }
     if (!id) return fail(sc::kConnectCtrlBusy);
-    auto ctrl = std::make_unique<Controller>(*this, *sub, id, d, c.kato_ms, now_ns);
+    auto ctrl = std::make_shared<Controller>(*this, *sub, id, d, c.kato_ms, now_ns);
     out.ctrl = ctrl.get();
+    out.ref = ctrl;
     ctrls_.emplace(id, std::move(ctrl));
     out.cqe.result = id;
     return out;
   }
   if (sub->is_discovery()) return fail(sc::kConnectInvalidParam, connect_invalid_param(false, kConnectOffQid));
-  Controller* ctrl = controller(d.cntlid);
+  auto cit = ctrls_.find(d.cntlid);
+  Controller* ctrl = cit == ctrls_.end() ? nullptr : cit->second.get();
   if (!ctrl || &ctrl->subsystem() != sub || ctrl->hostnqn() != d.hostnqn)
     return fail(sc::kConnectInvalidParam, connect_invalid_param(true, kConnectDataOffCntlid));
   if (!ctrl->ready()) return fail(sc::kCmdSeqError);
@@ -512,6 +522,7 @@ Target::Connected Target::connect(const Sqe& s, std::span<const uint8_t> data, u
   if (ctrl->io_queue_connected(c.qid)) return fail(sc::kCmdSeqError);
   ctrl->ioq_[c.qid] = true;
   out.ctrl = ctrl;
+  out.ref = cit->second;
   out.cqe.result = ctrl->cntlid();
   return out;
 }
@@ -533,6 +544,7 @@ std::vector<uint8_t> Target::discovery_log(std::string_view hostnqn) const {
 }
 
 std::vector<uint16_t> Target::expired(uint64_t now_ns) const {
+  std::lock_guard lk(mu_);
   std::vector<uint16_t> v;
   for (auto& [id, c] : ctrls_)
     if (!c->alive(now_ns)) v.push_back(id);

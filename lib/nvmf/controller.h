@@ -9,10 +9,12 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <string_view>
@@ -122,9 +124,14 @@ class Controller {
     return std::find(aer_cids_.begin(), aer_cids_.end(), cid) != aer_cids_.end();
   }
 
-  bool ready() const noexcept { return (csts_ & csts::kRdy) != 0; }
+  // Read by I/O queues on other loops' threads (one relaxed atomic load per
+  // command); written by the admin queue's thread.
+  bool ready() const noexcept { return (csts_.load(std::memory_order_relaxed) & csts::kRdy) != 0; }
   uint32_t cc() const noexcept { return cc_; }
-  uint32_t csts() const noexcept { return csts_; }
+  uint32_t csts() const noexcept { return csts_.load(std::memory_order_relaxed); }
+  // Target::destroy ran (its admin queue went): I/O queues still holding it
+  // answer Command Sequence Error until they go too.
+  bool gone() const noexcept { return gone_.load(std::memory_order_acquire); }
   uint64_t cap() const noexcept { return cap_; }
   // I/O queues the host may connect (Set Features Number of Queues; the
   // maximum until the host asks).
@@ -156,7 +163,9 @@ class Controller {
   std::string hostnqn_;
   std::array<uint8_t, 16> hostid_{};
   uint64_t cap_ = 0;
-  uint32_t cc_ = 0, csts_ = 0;
+  uint32_t cc_ = 0;
+  std::atomic<uint32_t> csts_{0};
+  std::atomic<bool> gone_{false};
   uint32_t kato_ms_ = 0;
   uint64_t ka_deadline_ns_ = 0;
   uint16_t io_queues_ = 0;
@@ -190,14 +199,31 @@ class Target {
   struct Connected {
     Cqe cqe;                       // the Connect response (DW0: cntlid on success)
     Controller* ctrl = nullptr;    // set on success
+    // The same, owned: a queue keeps its controller alive with it (an I/O
+    // queue on another loop's thread may outlive the admin queue briefly).
+    std::shared_ptr<Controller> ref;
   };
   // Fabrics Connect on queue qid (the CM negotiated it; cmd.qid must match).
   // data: the 1024 bytes (in-capsule or read from the host).
   Connected connect(const Sqe& s, std::span<const uint8_t> data, uint16_t cm_qid, uint64_t now_ns);
-  // The admin queue of a controller went away: the controller is destroyed.
+  // The admin queue of a controller went away: the controller leaves the
+  // table (gone() turns true); the object goes with the last queue holding it.
   void destroy(uint16_t cntlid) noexcept;
   Controller* controller(uint16_t cntlid) noexcept;
-  size_t controllers() const noexcept { return ctrls_.size(); }
+  size_t controllers() const noexcept {
+    std::lock_guard lk(mu_);
+    return ctrls_.size();
+  }
+  // Serialises what I/O queues on other loops' threads share with the admin
+  // queue's thread: the controller table, Connect of an I/O queue, and the
+  // admin commands (queue.cc takes it around execute_admin); never taken by
+  // an I/O command. One thread driving everything: uncontended.
+  std::mutex& mutex() const noexcept { return mu_; }
+  // The I/O queue qid of a controller went away (under mutex()).
+  void io_queue_closed(Controller& c, uint16_t qid) noexcept {
+    std::lock_guard lk(mu_);
+    c.io_queue_closed(qid);
+  }
 
   // The discovery log a host may see: one entry per subsystem it is allowed on.
   std::vector<uint8_t> discovery_log(std::string_view hostnqn) const;
@@ -207,7 +233,8 @@ class Target {
  private:
   TargetConfig cfg_;
   std::vector<std::unique_ptr<Subsystem>> subs_;  // [0]: discovery
-  std::map<uint16_t, std::unique_ptr<Controller>> ctrls_;
+  std::map<uint16_t, std::shared_ptr<Controller>> ctrls_;
+  mutable std::mutex mu_;
   uint16_t next_cntlid_ = kCntlidMin;
   uint64_t genctr_ = 0;
 };

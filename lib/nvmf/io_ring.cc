@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <system_error>
+#include <ctime>
 
 #include "nvmf/le.h"
 #include "nvmf/queue.h"
@@ -19,6 +20,12 @@ namespace {
 constexpr uint64_t kCancelTag = ~0ull;   // user_data of cancel requests (their CQEs are ignored)
 constexpr uint32_t kZeroBuf = 128 * 1024;
 constexpr uint8_t kZeroRange = 0, kPunch = 1, kWrites = 2;
+
+uint64_t coarse_ns() noexcept {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return uint64_t(ts.tv_sec) * 1'000'000'000ull + uint64_t(ts.tv_nsec);
+}
 
 bool aligned(const Namespace& ns, const void* buf, uint64_t off, uint64_t len) {
   uint64_t a = ns.direct_align();
@@ -38,8 +45,11 @@ Status file_errno_status(int err) noexcept {
   }
 }
 
-IoRing::IoRing(unsigned entries) {
+IoRing::IoRing(unsigned entries, unsigned timeout_ms) {
   if (entries == 0 || entries > 4096) throw std::invalid_argument("IoRing entries: must be 1..4096");
+  timeout_ns_ = uint64_t{timeout_ms} * 1'000'000;
+  scan_ns_ = std::min<uint64_t>(timeout_ns_ / 4, 100'000'000);
+  now_ns_ = coarse_ns();
   int e = io_uring_queue_init(entries, &ring_, 0);
   if (e < 0) throw std::system_error(-e, std::generic_category(), "io_uring_queue_init");
   tickets_.assign(entries, nullptr);
@@ -64,6 +74,8 @@ void IoRing::start(BackendOp& op) noexcept {
   ++ctr_.started;
   op.next = nullptr;
   op.abandoned = false;
+  op.timed_out = 0;
+  op.deadline_ns = timeout_ns_ ? now_ns_ + timeout_ns_ : 0;
   op.range = 0;
   op.step = 0;
   if (op.op.kind == FileOp::WriteZeroes) {
@@ -237,6 +249,12 @@ size_t IoRing::reap() noexcept {
       ++total;
       if (!op || op->abandoned) {
         ++ctr_.orphaned;
+        if (!op && orphans_) --orphans_;
+        continue;
+      }
+      if (op->timed_out == 2) {  // answered already: its slot is free again now
+        ++ctr_.late;
+        op->owner->backend_released(op->slot);
         continue;
       }
       step_done(*op, res[i]);
@@ -246,9 +264,49 @@ size_t IoRing::reap() noexcept {
   return total;
 }
 
+void IoRing::cancel(uint32_t t) noexcept {
+  io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+  if (!sqe) {
+    flush_submit();
+    sqe = io_uring_get_sqe(&ring_);
+  }
+  if (!sqe) return;
+  io_uring_prep_cancel64(sqe, t, 0);
+  io_uring_sqe_set_data64(sqe, kCancelTag);
+  ++unsubmitted_;
+}
+
+void IoRing::expire() noexcept {
+  for (uint32_t t = 0; t < tickets_.size(); ++t) {
+    BackendOp* op = tickets_[t];
+    if (!op || op->abandoned || op->timed_out == 2 || now_ns_ < op->deadline_ns) continue;
+    op->deadline_ns = now_ns_ + timeout_ns_;
+    if (op->timed_out == 0) {
+      op->timed_out = 1;
+      ++ctr_.timeouts;
+      cancel(t);
+      continue;
+    }
+    // The cancel did not take (uninterruptible in the kernel): answer the
+    // host now; the slot and its buffer stay the kernel's until it is back.
+    op->timed_out = 2;
+    ++ctr_.stuck;
+    ++ctr_.completed;
+    ++ctr_.errors;
+    op->owner->backend_stuck(op->slot);
+  }
+}
+
 size_t IoRing::poll() noexcept {
   flush_submit();
   size_t n = reap();
+  if (timeout_ns_) {
+    now_ns_ = coarse_ns();
+    if (now_ns_ >= next_scan_ns_ && in_flight() > 0) {
+      next_scan_ns_ = now_ns_ + scan_ns_;
+      expire();
+    }
+  }
   // Steps that waited for room, in order.
   while (head_ && issue(*head_)) {
     head_ = head_->next;
@@ -302,7 +360,10 @@ void IoRing::abandon(const Queue* q, unsigned timeout_ms) noexcept {
     reap();
   }
   for (auto& op : tickets_)
-    if (op && op->owner == q) op = nullptr;  // still stuck: their completions will be discarded
+    if (op && op->owner == q) {
+      op = nullptr;  // still stuck: their completions will be discarded
+      ++orphans_;
+    }
 }
 
 }  // namespace droce::nvmf

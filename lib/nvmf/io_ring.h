@@ -36,6 +36,11 @@ struct BackendOp {
   uint8_t method = 0;         // zeroing: 0 ZERO_RANGE, 1 PUNCH_HOLE, 2 writes of zeroes
   uint32_t step = 0;          // bytes the step in flight asked for
   bool abandoned = false;     // its queue went: the completion is discarded
+  // The deadline (IoRing's timeout): 0 in time; 1 a cancel was sent at the
+  // deadline; 2 still not back a timeout later: answered with an error, its
+  // slot held until the kernel gives the buffer back.
+  uint8_t timed_out = 0;
+  uint64_t deadline_ns = 0;   // CLOCK_MONOTONIC_COARSE
   BackendOp* next = nullptr;  // wait list
 };
 
@@ -51,6 +56,9 @@ struct IoRingCounters {
   uint64_t zeroing_fallbacks = 0; // a zeroing method the file refused, the next one tried
   uint64_t orphaned = 0;       // completions of a destroyed queue's commands (discarded)
   uint64_t submit_errors = 0;  // io_uring_submit failures (retried at the next poll)
+  uint64_t timeouts = 0;       // commands past the deadline: a cancel sent (their completion, if any, an error)
+  uint64_t stuck = 0;          // not back a timeout after the cancel: answered Internal Error, slot held
+  uint64_t late = 0;           // completions of such held commands (the slot freed then)
 };
 
 // NVMe status for an errno of a file operation, as Linux's nvmet maps it
@@ -64,7 +72,13 @@ class IoRing {
   // entries: SQ size and the most commands in flight (more wait, counted).
   // Throws std::system_error when io_uring is unavailable (kernel, seccomp,
   // kernel.io_uring_disabled).
-  explicit IoRing(unsigned entries = 128);
+  // timeout_ms (0: none): a command in the kernel longer than this is
+  // cancelled (IORING_OP_ASYNC_CANCEL; its completion then answers it, an
+  // error); one that is still not back a timeout later (a hung device) is
+  // answered Internal Error and its request slot held until the kernel gives
+  // the buffer back (Queue::backend_busy() counts it). Checked every
+  // timeout/4 (at most 100 ms) of poll(); one coarse clock read per poll().
+  explicit IoRing(unsigned entries = 128, unsigned timeout_ms = 10000);
   ~IoRing();
   IoRing(const IoRing&) = delete;
   IoRing& operator=(const IoRing&) = delete;
@@ -78,6 +92,9 @@ class IoRing {
 
   size_t in_flight() const noexcept { return tickets_.size() - free_.size(); }
   size_t waiting() const noexcept { return waiting_; }
+  // Commands of destroyed queues the kernel still has (abandon() gave up
+  // waiting for them): their buffers must stay allocated until this drops.
+  size_t orphans() const noexcept { return orphans_; }
   const IoRingCounters& counters() const noexcept { return ctr_; }
 
  private:
@@ -96,6 +113,8 @@ class IoRing {
   void finish(BackendOp& op, Status st, uint32_t data_len) noexcept;
   size_t reap() noexcept;
   void flush_submit() noexcept;
+  void expire() noexcept;                // commands past their deadline
+  void cancel(uint32_t ticket) noexcept;
 
   io_uring ring_{};
   std::vector<BackendOp*> tickets_;  // user_data -> op (nullptr: free or orphaned)
@@ -105,6 +124,8 @@ class IoRing {
   size_t waiting_ = 0;
   unsigned unsubmitted_ = 0;
   uint8_t* zeroes_ = nullptr;        // a zero-filled buffer for zeroing by writes
+  uint64_t timeout_ns_ = 0, scan_ns_ = 0, now_ns_ = 0, next_scan_ns_ = 0;
+  size_t orphans_ = 0;
   IoRingCounters ctr_;
 };
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <mutex>
 
 namespace droce::nvmf {
 
@@ -15,15 +16,14 @@ Queue::Queue(Target& t, const QueueConfig& c, std::span<uint8_t> mem) : target_(
 
 Queue::~Queue() {
   if (cfg_.ring && backend_busy()) cfg_.ring->abandon(this);
-  if (!cntlid_) return;
-  if (cfg_.qid == 0) {
+  if (!cntlid_ || !ctrl_) return;
+  if (cfg_.qid == 0)
     target_.destroy(cntlid_);
-  } else if (Controller* c = target_.controller(cntlid_)) {
-    c->io_queue_closed(cfg_.qid);
-  }
+  else
+    target_.io_queue_closed(*ctrl_, cfg_.qid);
 }
 
-Controller* Queue::controller() noexcept { return cntlid_ ? target_.controller(cntlid_) : nullptr; }
+Controller* Queue::controller() noexcept { return ctrl_ && !ctrl_->gone() ? ctrl_.get() : nullptr; }
 
 size_t Queue::busy() const noexcept {
   return static_cast<size_t>(std::count_if(slots_.begin(), slots_.end(), [](const Slot& s) { return s.state != State::Free; }));
@@ -31,7 +31,7 @@ size_t Queue::busy() const noexcept {
 
 size_t Queue::backend_busy() const noexcept {
   return static_cast<size_t>(
-      std::count_if(slots_.begin(), slots_.end(), [](const Slot& s) { return s.state == State::WaitingForBackend; }));
+      std::count_if(slots_.begin(), slots_.end(), [](const Slot& s) { return s.state == State::WaitingForBackend || s.held; }));
 }
 
 void Queue::push(const Action& a) {
@@ -103,7 +103,10 @@ void Queue::execute(uint16_t i, uint64_t now_ns) {
   bool fabrics = s.sqe.opcode == static_cast<uint8_t>(AdminOp::Fabrics);
   if (fabrics && s.sqe.fctype() == static_cast<uint8_t>(FabricsType::Connect) && !cntlid_) {
     Target::Connected r = target_.connect(s.sqe, data, cfg_.qid, now_ns);
-    if (r.ctrl) cntlid_ = r.ctrl->cntlid();
+    if (r.ctrl) {
+      cntlid_ = r.ctrl->cntlid();
+      ctrl_ = std::move(r.ref);
+    }
     Response resp;
     resp.cqe = r.cqe;
     return finish(i, resp);
@@ -114,6 +117,7 @@ void Queue::execute(uint16_t i, uint64_t now_ns) {
     r.cqe.cid = s.sqe.cid;
     r.cqe.status = sc::kCmdSeqError;
   } else if (cfg_.qid == 0) {
+    std::lock_guard lk(target_.mutex());  // I/O Connects on other threads read what admin commands change
     r = c->execute_admin(s.sqe, data, now_ns);
   } else if (fabrics) {
     r.cqe.cid = s.sqe.cid;
@@ -156,6 +160,27 @@ void Queue::backend_done(uint16_t slot, Status st, uint32_t data_len) noexcept {
   finish(slot, r);
 }
 
+void Queue::backend_stuck(uint16_t slot) noexcept {
+  if (slot >= slots_.size() || slots_[slot].state != State::WaitingForBackend) {
+    ++ctr_.bad_completions;
+    return;
+  }
+  slots_[slot].held = true;
+  Cqe c;
+  c.cid = slots_[slot].sqe.cid;
+  c.status = sc::kInternal;
+  respond(slot, c);
+}
+
+void Queue::backend_released(uint16_t slot) noexcept {
+  if (slot >= slots_.size() || !slots_[slot].held) {
+    ++ctr_.bad_completions;
+    return;
+  }
+  slots_[slot].held = false;
+  if (slots_[slot].state == State::Held) slots_[slot].state = State::Free;
+}
+
 void Queue::finish(uint16_t i, const Response& r) {
   Slot& s = slots_[i];
   if (r.deferred) {
@@ -191,7 +216,7 @@ void Queue::on_complete(uint16_t slot, Action::Kind kind, bool ok, uint64_t now_
   Slot& s = slots_[slot];
   if (!ok) {
     failed_ = true;
-    s.state = State::Free;
+    s.state = s.held ? State::Held : State::Free;
     return;
   }
   if (kind == Action::RdmaRead && s.state == State::ReadingFromHost) {
@@ -199,7 +224,7 @@ void Queue::on_complete(uint16_t slot, Action::Kind kind, bool ok, uint64_t now_
     return execute(slot, now_ns);
   }
   if (kind == Action::Send && s.state == State::Completing) {
-    s.state = State::Free;
+    s.state = s.held ? State::Held : State::Free;
     if (s.timed) ctr_.latency.add(now_ns >= s.arrival_ns ? now_ns - s.arrival_ns : 0);
     s.timed = false;
     return;

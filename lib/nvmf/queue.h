@@ -8,6 +8,7 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -62,7 +63,9 @@ class Queue {
  public:
   // WaitingForBackend: a file namespace's command is with the core's IoRing;
   // its completion resumes the request (RDMA WRITE + response, or response).
-  enum class State : uint8_t { Free, ReadingFromHost, Deferred, Completing, WaitingForBackend };
+  // Held: answered already, but its file command is still in the kernel (past
+  // the IoRing's deadline twice): not reused until the kernel gives it back.
+  enum class State : uint8_t { Free, ReadingFromHost, Deferred, Completing, WaitingForBackend, Held };
 
   // data_mem: slots (or depth) * slot_buffer bytes (registered for RDMA by the glue).
   Queue(Target& t, const QueueConfig& c, std::span<uint8_t> data_mem);
@@ -85,12 +88,14 @@ class Queue {
   // Actions to post, in order; at most out.size() per call.
   size_t take_actions(std::span<Action> out) noexcept;
 
+  // Its controller, nullptr before Connect and after the controller went (gone()).
   Controller* controller() noexcept;
   bool failed() const noexcept { return failed_; }
   const QueueCounters& counters() const noexcept { return ctr_; }
   State state(uint16_t slot) const noexcept { return slots_[slot].state; }
   size_t busy() const noexcept;
-  // Requests waiting for their file command (State::WaitingForBackend).
+  // Requests whose file command the kernel has (WaitingForBackend, or
+  // answered after the deadline and held): their buffers are the kernel's.
   size_t backend_busy() const noexcept;
 
  private:
@@ -103,11 +108,16 @@ class Queue {
     std::array<uint8_t, kCqeSize> cqe{};
     uint64_t arrival_ns = 0;  // on_capsule's now_ns
     bool timed = false;       // into the latency histogram at the SEND's completion
+    bool held = false;        // its file command is still in the kernel (answered at the deadline)
     BackendOp file;  // the file command in the IoRing (WaitingForBackend)
   };
   // The IoRing resumes a WaitingForBackend request: its status and, for a
   // read, the bytes now in the slot's buffer.
   void backend_done(uint16_t slot, Status st, uint32_t data_len) noexcept;
+  // The IoRing gave up on a command (past the deadline, the cancel did not
+  // take): answered Internal Error now, the slot held (backend_released frees it).
+  void backend_stuck(uint16_t slot) noexcept;
+  void backend_released(uint16_t slot) noexcept;
   void start_file(uint16_t i, const Response& r);
   void execute(uint16_t i, uint64_t now_ns);
   void finish(uint16_t i, const Response& r);
@@ -120,6 +130,10 @@ class Queue {
   std::vector<Action> actions_;  // ring of capacity 3 * slots
   size_t act_head_ = 0, act_count_ = 0;
   uint16_t cntlid_ = 0;          // 0: not connected
+  // Its controller, held from Connect on: an I/O command reads only its
+  // immutable parts (subsystem, namespaces) and the atomic CSTS.RDY, with
+  // no table lookup and no lock (the queue may run on another loop's thread).
+  std::shared_ptr<Controller> ctrl_;
   uint16_t sq_head_ = 0;
   bool failed_ = false;
   QueueCounters ctr_;

@@ -5,15 +5,20 @@
 #   raw:  droce-perf read_bw / write_bw -s 4096 (message rate, -t 32) and
 #         read_lat / write_lat -s 4096 (typical and 99%; write_lat is half a
 #         round trip as in perftest, so its round trip is twice it);
-#   nvmf: droce-nvmf-perf against droce-nvmf (RAM namespace, cores = 1),
+#   nvmf: droce-nvmf-perf against droce-nvmf (RAM namespace, cores = CORES,
+#         default 1; with 2, loop 1 on a thread of its own and the host with
+#         2 I/O queues over 2 memif queue pairs),
 #         4 KiB randread and randwrite at QD 1 and QD 32: IOPS, p50, p99, p99.9.
 # Prints the table with the ratios (nvmf IOPS at QD 32 / raw message rate;
 # nvmf p50 at QD 1 / raw round trip) and writes CSV (metric,value) to
 # $DROCE_BENCH_CSV or BUILD_DIR/bench_nvmf.csv.
-#   bench_nvmf.sh BUILD_DIR [SECONDS]
+#   bench_nvmf.sh BUILD_DIR [SECONDS] [CORES]
 set -uo pipefail
 build=$1
 secs=${2:-3}
+cores=${3:-1}
+hostq=()
+[ "$cores" -gt 1 ] && hostq=(--queues "$cores" --io-queues "$cores")
 perf=$build/app/droce-perf/droce-perf
 tgt=$build/app/droce-nvmf/droce-nvmf
 nperf=$build/app/droce-nvmf-perf/droce-nvmf-perf
@@ -67,11 +72,11 @@ raw write_bw write_bw -s 4096 -D "$secs" -t 32
 raw read_lat read_lat -s 4096 -n 20000
 raw write_lat write_lat -s 4096 -n 20000
 
-# droce-nvmf with a RAM namespace (cores = 1, the figures' configuration).
+# droce-nvmf with a RAM namespace (cores = 1: the figures' configuration).
 cat >"$tmp/nvmf.toml" <<TOML
 [nvmf]
 port = 4420
-cores = 1
+cores = $cores
 max_queue_depth = 128
 max_io_queues = 4
 in_capsule_data = 8192
@@ -94,7 +99,7 @@ grep -q 'listening on' "$tmp/target.log" || { echo "bench_nvmf: droce-nvmf did n
 for w in randread randwrite; do
   for qd in 1 32; do
     client_retry "$tmp/$w-$qd.log" "$nperf" -a 10.23.0.2 -n nqn.2026-12.org.droce:bench -w "$w" -q "$qd" -o 4096 \
-      -t "$secs" --device "net_memif1,$CLI" --ip 10.23.0.1 -- --lcores=0@0 "${EAL[@]}" ||
+      -t "$secs" "${hostq[@]}" --device "net_memif1,$CLI" --ip 10.23.0.1 -- --lcores=0@0 "${EAL[@]}" ||
       echo "bench_nvmf: droce-nvmf-perf $w qd $qd failed" >&2
   done
 done
@@ -123,7 +128,7 @@ wl=$(latcol "$tmp/write_lat.log" 5); wl99=$(latcol "$tmp/write_lat.log" 7)
     done
   done
 } >"$csv"
-echo "== NVMe-oF (droce-nvmf, RAM namespace) vs raw droce, 4 KiB, net_memif, 1 lcore per side, ${secs} s runs, same run"
+echo "== NVMe-oF (droce-nvmf, RAM namespace, cores = $cores) vs raw droce, 4 KiB, net_memif, 1 lcore per side, ${secs} s runs, same run"
 awk -F, '
   NR > 1 { v[$1] = $2 }
   function r(a, b) { return (a + 0 > 0 && b + 0 > 0) ? sprintf("%.2f", a / b) : "n/a" }

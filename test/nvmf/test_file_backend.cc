@@ -171,7 +171,7 @@ struct Rig {
 
   size_t skew = 0;  // bytes the I/O queue's data memory starts past a page boundary
 
-  explicit Rig(uint16_t depth_ = 32, unsigned ring_entries = 128, size_t skew_ = 0)
+  explicit Rig(uint16_t depth_ = 32, unsigned ring_entries = 128, size_t skew_ = 0, unsigned timeout_ms = 10000)
       : target([] {
           TargetConfig c;
           c.in_capsule_data = 8192;
@@ -179,7 +179,7 @@ struct Rig {
           c.max_queue_depth = 128;
           return c;
         }()),
-        ring(ring_entries),
+        ring(ring_entries, timeout_ms),
         imem(size_t{depth_} * kSlot + 4096),
         depth(depth_),
         skew(skew_) {
@@ -548,6 +548,73 @@ TEST_CASE("file backend: a queue destroyed with a command in the ring cancels it
   auto a = pattern(512, 3);
   CHECK(r.h.wait(io2, &r.ring, r.h.write(io2, 1, 5, a)).status.ok());
   CHECK(file_bytes(r.img, 5 * 512, 512) == a);
+}
+
+TEST_CASE("file backend: a command in the kernel past the deadline is cancelled and answered with an error, "
+          "the queue goes on",
+          "[nvmf][file][deadline]") {
+  Rig r(8, 8, 0, 300);  // deadline 300 ms
+  std::string fifo = r.dir.path + "/never";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  int ffd = ::open(fifo.c_str(), O_RDWR | O_CLOEXEC);  // nobody ever writes into it
+  REQUIRE(ffd >= 0);
+  r.sub->add_namespace(Namespace::file_fd({2, 512, 1 << 20}, kSub, ffd, false));
+  r.connect(&r.ring);
+  uint32_t k = 0;
+  const auto t0 = Clock::now();
+  const uint16_t cid = r.h.read(*r.io, 2, 0, 8, &k);
+  Cqe c = r.run(cid);  // without the deadline: never answered (run() fails after 20 s)
+  const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  CHECK(c.status == sc::kInternal);
+  CHECK(ms >= 300);
+  CHECK(ms < 5000);
+  CHECK(r.ring.counters().timeouts == 1);
+  CHECK(r.ring.counters().stuck == 0);  // the cancel took: answered by its own completion
+  CHECK(r.ring.counters().errors == 1);
+  CHECK(r.ring.in_flight() == 0);
+  CHECK(r.io->busy() == 0);
+  CHECK(r.io->backend_busy() == 0);
+  // The queue and the ring go on: a write and its read-back on the file namespace.
+  auto a = pattern(4096, 21);
+  CHECK(r.run(r.h.write(*r.io, 1, 40, a)).status.ok());
+  uint32_t k2 = 0;
+  CHECK(r.run(r.h.read(*r.io, 1, 40, 8, &k2)).status.ok());
+  CHECK(r.h.mem[k2] == a);
+  CHECK(r.ring.counters().timeouts == 1);
+}
+
+TEST_CASE("file backend: EIO from the kernel (reads and writes of /proc/self/mem at unmapped addresses) answers "
+          "Internal Error with DNR as nvmet maps it, the queue goes on",
+          "[nvmf][file][eio]") {
+  Rig r;
+  // /proc/self/mem: offset = address in this process; the first MiB is never
+  // mapped (mmap_min_addr), so the kernel's read and write both fail with EIO.
+  int mfd = ::open("/proc/self/mem", O_RDWR | O_CLOEXEC);
+  REQUIRE(mfd >= 0);
+  std::vector<uint8_t> probe(512);
+  errno = 0;
+  REQUIRE(::pread(mfd, probe.data(), probe.size(), 4096) == -1);
+  REQUIRE(errno == EIO);
+  r.sub->add_namespace(Namespace::file_fd({2, 512, 1 << 20}, kSub, mfd, false));
+  r.connect(&r.ring);
+  uint32_t k = 0;
+  Cqe rd = r.run(r.h.read(*r.io, 2, 8, 8, &k));
+  CHECK(rd.status == sc::kInternal);
+  CHECK(rd.status.dnr());
+  Cqe wr = r.run(r.h.write(*r.io, 2, 8, pattern(4096, 5)));
+  CHECK(wr.status == sc::kInternal);
+  CHECK(wr.status.dnr());
+  CHECK(r.ring.counters().errors == 2);
+  CHECK(r.ring.counters().short_transfers == 0);
+  CHECK(r.io->busy() == 0);
+  CHECK(r.io->counters().errors == 2);
+  // The same queue serves the next commands.
+  auto a = pattern(4096, 6);
+  CHECK(r.run(r.h.write(*r.io, 1, 80, a)).status.ok());
+  uint32_t k2 = 0;
+  CHECK(r.run(r.h.read(*r.io, 1, 80, 8, &k2)).status.ok());
+  CHECK(r.h.mem[k2] == a);
+  CHECK(file_bytes(r.img, 80 * 512, 4096) == a);
 }
 
 TEST_CASE("file backend: an I/O queue without an IoRing answers Internal Error", "[nvmf][file]") {

@@ -53,15 +53,17 @@ control::json snapshot_json(const RdmaTarget& t, bool histogram) {
                    {"rejected", c.rejected},                 {"rejected_private", c.rejected_private},
                    {"rejected_resources", c.rejected_resources}, {"disconnects_sent", c.disconnects_sent},
                    {"keep_alive_expired", c.keep_alive_expired}, {"queues_destroyed", c.queues_destroyed},
-                   {"destroy_deferred", c.destroy_deferred},     {"live_queues", t.queues()}};
+                   {"destroy_deferred", c.destroy_deferred},     {"live_queues", t.queues()},
+                   {"loop_messages", c.loop_messages},           {"report_timeouts", c.report_timeouts},
+                   {"threads", t.threaded() ? t.loops() : size_t{1}}};
   control::json loops = control::json::array();
   for (const LoopReport& l : t.loop_report()) {
-    control::json j = {{"loop", l.loop},         {"live_queues", l.live_queues}, {"commands", l.commands},
-                       {"bytes_in", l.bytes_in}, {"bytes_out", l.bytes_out},     {"errors", l.errors},
-                       {"file_commands", l.file_commands}};
-    if (const IoRing* r = t.ring(l.loop)) {
-      const IoRingCounters& rc = r->counters();
-      j["ring_in_flight"] = r->in_flight();
+    control::json j = {{"loop", l.loop},         {"tid", l.tid},             {"live_queues", l.live_queues},
+                       {"commands", l.commands}, {"bytes_in", l.bytes_in}, {"bytes_out", l.bytes_out},
+                       {"errors", l.errors},     {"file_commands", l.file_commands}};
+    if (l.has_ring) {  // copied by the loop's own thread
+      const IoRingCounters& rc = l.ring;
+      j["ring_in_flight"] = l.ring_in_flight;
       j["ring_completed"] = rc.completed;
       j["ring_errors"] = rc.errors;
       j["ring_full"] = rc.ring_full;

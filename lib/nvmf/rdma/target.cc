@@ -1,8 +1,12 @@
 #include "nvmf/rdma/target.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cstring>
+#include <mutex>
 #include <stdexcept>
 #include <system_error>
 
@@ -18,7 +22,37 @@ constexpr uint32_t kCqeStride = 16;
 // Send-side work request id: the Queue's slot and the action kind.
 constexpr uint64_t wr_id(uint16_t slot, Action::Kind k) noexcept { return uint64_t{slot} | (uint64_t{k} << 16); }
 
+uint32_t os_tid() noexcept { return static_cast<uint32_t>(::gettid()); }
+
+enum MsgKind : int { kAdopt, kRelease, kReport };
+
 }  // namespace
+
+// A report() request to a loop's thread: it fills `out` and sets done.
+struct ReportReq {
+  std::vector<QueueReport> out;
+  LoopReport ring;  // has_ring, ring_in_flight, ring
+  std::atomic<bool> done{false};
+};
+
+// One core loop of the target. `conns`, `closing` and everything of their
+// queues are touched only by the thread that drives the loop; the box is the
+// home loop's way in (threads mode): a mutex taken once per message, and
+// an atomic count the loop reads once per pass.
+struct RdmaTarget::Loop {
+  std::vector<Conn*> conns;    // live queues of this loop (the home thread's conns_ owns them)
+  std::vector<Conn*> closing;  // released, file commands still in the ring (threads mode, loop >= 1)
+  struct Msg {
+    int kind = 0;
+    Conn* c = nullptr;
+    std::shared_ptr<void> req;
+  };
+  std::mutex mu;
+  std::vector<Msg> box, work;
+  std::atomic<uint32_t> pending{0};
+  std::atomic<uint32_t> tid{0};
+  uint64_t poller = 0;  // its Dataplane poller (threads mode)
+};
 
 struct RdmaTarget::Conn {
   enum class State : uint8_t { WaitMac, Live, Closing };
@@ -39,10 +73,19 @@ struct RdmaTarget::Conn {
   uint8_t* recv_base = nullptr;
   uint8_t* cqe_base = nullptr;
   std::unique_ptr<Queue> q;
-  uint16_t cntlid = 0;
+  // Set by the queue's loop after Connect, read by the home loop (keep alive).
+  std::atomic<uint16_t> cntlid{0};
   bool failed = false;
   bool parked = false;  // gone from the CM, its file commands still in the IoRing (-> closing_)
   uint64_t recv_errors = 0, post_errors = 0, wc_errors = 0;
+  uint32_t tid = 0;  // the thread that last received a capsule of it
+  // Threads mode, a queue of loop >= 1: its loop asks the home loop to
+  // disconnect it (failed); released: its loop has dropped the Queue (last
+  // counters in `final`), the home loop destroys the rest.
+  std::atomic<bool> close_req{false};
+  std::atomic<bool> released{false};
+  bool handed = false;  // its loop has it (adopt sent)
+  QueueReport final;
 };
 
 RdmaTarget::RdmaTarget(engine::Embedded& node, Target& target, const RdmaOptions& o)
@@ -52,9 +95,10 @@ RdmaTarget::RdmaTarget(engine::Embedded& node, Target& target, const RdmaOptions
   limits_.max_admin_depth = tc.admin_queue_depth;
   limits_.max_io_depth = tc.max_queue_depth;
   rings_.resize(std::max<size_t>(1, node_.loops()));
+  for (size_t l = 0; l < rings_.size(); ++l) loops_.push_back(std::make_unique<Loop>());
   if (target_.has_file_namespace()) {
     try {
-      for (auto& r : rings_) r = std::make_unique<IoRing>(opt_.ring_entries);
+      for (auto& r : rings_) r = std::make_unique<IoRing>(opt_.ring_entries, opt_.file_timeout_ms);
     } catch (const std::system_error& e) {
       throw std::runtime_error(std::string("nvmf rdma: the target has a file namespace but io_uring is unavailable (") +
                                e.what() + "; kernel.io_uring_disabled, seccomp or an old kernel?)");
@@ -84,9 +128,24 @@ RdmaTarget::RdmaTarget(engine::Embedded& node, Target& target, const RdmaOptions
     listeners_.push_back(id);
     listening_.push_back((any ? std::string("*") : a) + ":" + std::to_string(opt_.port));
   }
+  if (opt_.threads && loops_.size() > 1) {
+    // Each loop >= 1 runs its share as a poller of its core, on its thread.
+    engine::Dataplane& dp = node_.dataplane();
+    for (size_t l = 1; l < loops_.size(); ++l)
+      loops_[l]->poller = dp.add_poller(dp.port_cores(0)[l], [this, l] { return poll_remote(l); });
+    threaded_ = true;
+    node_.start_loop_threads();
+  }
 }
 
 RdmaTarget::~RdmaTarget() {
+  if (threaded_) {
+    // Back to one thread: every queue is the caller's again.
+    node_.stop_loop_threads();
+    engine::Dataplane& dp = node_.dataplane();
+    for (size_t l = 1; l < loops_.size(); ++l) dp.remove_poller(dp.port_cores(0)[l], loops_[l]->poller);
+    threaded_ = false;
+  }
   for (auto& c : conns_) {
     if (c->id) node_.cm().destroy(c->id);
     destroy(*c);
@@ -98,6 +157,10 @@ RdmaTarget::~RdmaTarget() {
   closing_.clear();
   for (cm::ConnId l : listeners_) node_.cm().destroy(l);
   node_.set_cm_sink({});
+  // Memory the kernel may still write into stays allocated (to the process's end).
+  for (const Kept& k : kept_)
+    if (rings_[k.loop] && rings_[k.loop]->orphans() == 0) node_.free_dma(k.mem);
+  kept_.clear();
 }
 
 size_t RdmaTarget::queues() const noexcept { return conns_.size() + closing_.size(); }
@@ -185,12 +248,21 @@ bool RdmaTarget::try_accept(Conn& c) {
   } catch (const std::exception&) {
     return fail("create_qp");
   }
-  for (uint16_t i = 0; i < c.depth; ++i) {
-    verbs::RecvWr r;
-    r.wr_id = i;
-    r.num_sge = 1;
-    r.sg_list[0] = {reinterpret_cast<uint64_t>(c.recv_base + size_t{i} * c.recv_size), c.recv_size, c.lkey};
-    if (node_.post_recv(c.qp, r)) return fail("post_recv");
+  {
+    // On the QP's loop (through its command ring when a thread drives it).
+    auto rc = std::make_shared<int>(ETIMEDOUT);
+    node_.dataplane().run_on(c.qp.core, [rc, eng = c.qp.eng, qpn = c.qp.qpn, base = c.recv_base, size = c.recv_size,
+                                         lkey = c.lkey, depth = c.depth](engine::CoreLoop&) {
+      for (uint16_t i = 0; i < depth; ++i) {
+        verbs::RecvWr r;
+        r.wr_id = i;
+        r.num_sge = 1;
+        r.sg_list[0] = {reinterpret_cast<uint64_t>(base + size_t{i} * size), size, lkey};
+        if ((*rc = eng->post_recv(qpn, r)) != 0) return;
+      }
+      *rc = 0;
+    });
+    if (*rc) return fail("post_recv");
   }
   QueueConfig qc;
   qc.qid = c.req.qid;
@@ -222,19 +294,25 @@ bool RdmaTarget::try_accept(Conn& c) {
   }
   c.state = Conn::State::Live;
   ++ctr_.accepted;
+  home_adopt(c);
   return true;
 }
 
 void RdmaTarget::destroy(Conn& c) {
+  home_drop(c);  // out of its loop's list (the home loop's; other loops have released it before)
   if (c.mem) {  // not yet reported: keep its last counters
-    QueueReport r = report_of(c);
+    const bool have = c.q || c.released.load(std::memory_order_acquire);
+    QueueReport r = c.q ? report_of(c) : c.final;
     r.closed = true;
-    if (c.q) {
+    if (have) {
       if (closed_.size() >= 1024) closed_.erase(closed_.begin());  // a long run keeps the newest
       closed_.push_back(std::move(r));
     }
   }
+  IoRing* ring = c.q && c.req.qid != 0 ? rings_[c.loop].get() : nullptr;
+  const size_t orphans = ring ? ring->orphans() : 0;
   c.q.reset();  // admin queue: its controller goes; I/O queue: detached
+  const bool keep = ring && ring->orphans() > orphans;  // the kernel may still write into c.mem
   if (c.has_qp) {
     node_.destroy_qp(c.qp);
     c.has_qp = false;
@@ -244,7 +322,12 @@ void RdmaTarget::destroy(Conn& c) {
     c.lkey = 0;
   }
   if (c.mem) {
-    node_.free_dma(c.mem);
+    if (keep) {
+      kept_.push_back(Kept{c.mem, c.loop});
+      ++ctr_.memory_kept;
+    } else {
+      node_.free_dma(c.mem);
+    }
     c.mem = nullptr;
   }
   ++ctr_.queues_destroyed;
@@ -254,7 +337,13 @@ void RdmaTarget::destroy(Conn& c) {
 // are still in the IoRing (the kernel may write into its buffers), parked
 // for closing_ and destroyed by a later poll once they are done.
 bool RdmaTarget::release(Conn& c) {
+  if (remote(c) && c.handed) {  // its loop drops the Queue, then the home loop the rest
+    home_drop(c);
+    c.parked = true;
+    return false;
+  }
   if (c.q && c.q->backend_busy() > 0) {
+    home_drop(c);  // no longer polled: the closing sweep below retires it
     c.parked = true;
     ++ctr_.destroy_deferred;
     return false;
@@ -321,6 +410,7 @@ uint32_t RdmaTarget::poll_queue(Conn& c, uint64_t now) {
   }
   work += static_cast<uint32_t>(n);
   n = c.qp.rcq->poll(wc.data(), static_cast<int>(wc.size()));
+  if (n > 0) c.tid = loops_[c.loop]->tid.load(std::memory_order_relaxed);
   for (int i = 0; i < n; ++i) {
     const uint64_t idx = wc[i].wr_id;
     if (wc[i].status != verbs::WcStatus::Success || idx >= c.depth) {
@@ -382,8 +472,8 @@ uint32_t RdmaTarget::post_actions(Conn& c) {
       }
     }
   }
-  if (c.cntlid == 0)
-    if (Controller* ctl = c.q->controller()) c.cntlid = ctl->cntlid();
+  if (c.cntlid.load(std::memory_order_relaxed) == 0)
+    if (Controller* ctl = c.q->controller()) c.cntlid.store(ctl->cntlid(), std::memory_order_release);
   return work;
 }
 
@@ -391,29 +481,141 @@ uint32_t RdmaTarget::post_actions(Conn& c) {
 // queues' actions. Touches nothing of another loop's queues.
 uint32_t RdmaTarget::poll_loop(size_t loop, uint64_t now, bool& gone) {
   uint32_t work = 0;
+  const bool on_home = loop == 0 || !threaded_;
+  auto& list = loops_[loop]->conns;  // live queues of this loop (state and id are the home loop's)
   // 1: completions and capsules into the queues (file commands go to the ring).
-  for (auto& cp : conns_) {
+  for (Conn* cp : list) {
     Conn& c = *cp;
-    if (c.loop != loop || !c.q || c.id == 0 || c.state == Conn::State::WaitMac) continue;
+    if (!c.q || (on_home && c.id == 0)) continue;
     work += poll_queue(c, now);
   }
   // 2: the ring submits what they prepared and resumes what completed.
   if (IoRing* r = rings_[loop].get()) work += static_cast<uint32_t>(r->poll());
   // 3: what the queues want posted.
-  for (auto& cp : conns_) {
-    Conn& c = *cp;
-    if (c.loop != loop || !c.q || c.id == 0 || c.state == Conn::State::WaitMac) continue;
+  for (size_t i = 0; i < list.size(); ++i) {
+    Conn& c = *list[i];
+    if (!c.q || (on_home && c.id == 0)) continue;
     work += post_actions(c);
-    if ((c.failed || c.q->failed()) && c.state == Conn::State::Live) {
+    if (!(c.failed || c.q->failed())) continue;
+    if (!on_home) {  // the CM is the home loop's: ask it
+      if (!c.close_req.exchange(true, std::memory_order_acq_rel)) close_requests_.store(true, std::memory_order_release);
+      continue;
+    }
+    if (c.state == Conn::State::Live) {
+      const size_t before = list.size();
       disconnect(c);
       if (c.id == 0) gone = true;
+      if (list.size() < before) --i;  // released at once: out of the list
     }
+  }
+  return work;
+}
+
+bool RdmaTarget::remote(const Conn& c) const noexcept { return threaded_ && c.loop != 0; }
+bool RdmaTarget::remote_loop(size_t l) const noexcept { return threaded_ && l != 0; }
+
+uint32_t RdmaTarget::loop_tid(size_t l) const noexcept {
+  return l < loops_.size() ? loops_[l]->tid.load(std::memory_order_relaxed) : 0;
+}
+
+void RdmaTarget::send(size_t loop, int kind, Conn* c, std::shared_ptr<void> req) {
+  Loop& L = *loops_[loop];
+  {
+    std::lock_guard lk(L.mu);
+    L.box.push_back(Loop::Msg{kind, c, std::move(req)});
+  }
+  L.pending.fetch_add(1, std::memory_order_release);
+  ++ctr_.loop_messages;
+}
+
+// A queue just accepted: into its loop's list (the loop's thread takes it
+// from its box in threads mode; the QP and receives were made through the
+// loop's command ring before).
+void RdmaTarget::home_adopt(Conn& c) {
+  c.handed = true;
+  if (remote(c))
+    send(c.loop, kAdopt, &c, nullptr);
+  else
+    loops_[c.loop]->conns.push_back(&c);
+}
+
+// A queue leaving: out of its loop's list (home loop), or a release message
+// to its loop, which drops the Queue once its file commands are back and
+// sets `released` (threads mode).
+void RdmaTarget::home_drop(Conn& c) {
+  if (!c.handed) return;
+  c.handed = false;
+  if (remote(c)) {
+    send(c.loop, kRelease, &c, nullptr);
+    return;
+  }
+  auto& v = loops_[c.loop]->conns;
+  std::erase(v, &c);
+}
+
+// Loop l >= 1, on its own thread (a poller of its core, run before the
+// core's engine poll in each iteration): messages, then as poll_loop, then
+// the queues released to it.
+uint32_t RdmaTarget::poll_remote(size_t l) {
+  Loop& L = *loops_[l];
+  if (L.tid.load(std::memory_order_relaxed) == 0) L.tid.store(os_tid(), std::memory_order_relaxed);
+  uint32_t work = 0;
+  if (L.pending.load(std::memory_order_acquire) != 0) {
+    {
+      std::lock_guard lk(L.mu);
+      L.work.swap(L.box);
+      L.pending.store(0, std::memory_order_relaxed);
+    }
+    for (Loop::Msg& m : L.work) {
+      switch (m.kind) {
+        case kAdopt:
+          L.conns.push_back(m.c);
+          break;
+        case kRelease:
+          std::erase(L.conns, m.c);
+          L.closing.push_back(m.c);
+          break;
+        case kReport: {
+          auto* r = static_cast<ReportReq*>(m.req.get());
+          for (Conn* c : L.conns) r->out.push_back(report_of(*c));
+          for (Conn* c : L.closing) r->out.push_back(report_of(*c));
+          if (const IoRing* ring = rings_[l].get()) {
+            r->ring.has_ring = true;
+            r->ring.ring_in_flight = ring->in_flight();
+            r->ring.ring = ring->counters();
+          }
+          r->done.store(true, std::memory_order_release);
+          break;
+        }
+      }
+    }
+    work += static_cast<uint32_t>(L.work.size());
+    L.work.clear();
+  }
+  bool gone = false;
+  work += poll_loop(l, node_.dataplane().clock().now_ns(), gone);
+  if (!L.closing.empty()) {
+    std::array<Action, 32> drop;
+    std::erase_if(L.closing, [&](Conn* c) {
+      if (c->q) {
+        while (c->q->take_actions(drop) > 0) {
+        }
+        if (c->q->backend_busy() > 0) return false;
+        c->final = report_of(*c);
+        c->q.reset();  // here, on the loop that owns its ring and requests
+      }
+      c->released.store(true, std::memory_order_release);
+      return true;
+    });
   }
   return work;
 }
 
 uint32_t RdmaTarget::poll() {
   uint32_t work = node_.poll();
+  if (loops_[0]->tid.load(std::memory_order_relaxed) == 0)  // one thread: every loop but the threaded ones
+    for (size_t l = 0; l < loops_.size(); ++l)
+      if (l == 0 || !threaded_) loops_[l]->tid.store(os_tid(), std::memory_order_relaxed);
   if (!events_.empty()) {
     work_.swap(events_);
     for (const cm::Event& e : work_) on_event(e);
@@ -431,13 +633,30 @@ uint32_t RdmaTarget::poll() {
       gone = true;
     }
   }
-  for (size_t l = 0; l < rings_.size(); ++l) work += poll_loop(l, now, gone);
+  if (threaded_) {
+    work += poll_loop(0, now, gone);
+    // Queues of other loops that failed: their loops asked for a disconnect.
+    if (close_requests_.exchange(false, std::memory_order_acq_rel))
+      for (auto& c : conns_)
+        if (c->close_req.load(std::memory_order_acquire) && c->state == Conn::State::Live) {
+          disconnect(*c);
+          if (c->id == 0) gone = true;
+        }
+  } else {
+    for (size_t l = 0; l < rings_.size(); ++l) work += poll_loop(l, now, gone);
+  }
   if (gone) sweep();
   // Queues gone from the CM whose file commands were in the ring: destroyed
-  // once the ring has given all of them back (their responses are dropped).
+  // once the ring has given all of them back (their responses are dropped);
+  // a queue of another loop's thread once that loop has released it.
   if (!closing_.empty()) {
     std::array<Action, 32> drop;
     std::erase_if(closing_, [&](std::unique_ptr<Conn>& c) {
+      if (remote(*c)) {
+        if (!c->released.load(std::memory_order_acquire)) return false;
+        destroy(*c);
+        return true;
+      }
       while (c->q->take_actions(drop) > 0) {
       }
       if (c->q->backend_busy() > 0) return false;
@@ -445,12 +664,18 @@ uint32_t RdmaTarget::poll() {
       return true;
     });
   }
+  if (!kept_.empty())
+    std::erase_if(kept_, [&](const Kept& k) {
+      if (remote_loop(k.loop) || (rings_[k.loop] && rings_[k.loop]->orphans() > 0)) return false;
+      node_.free_dma(k.mem);
+      return true;
+    });
   if (now >= next_ka_check_) {
     next_ka_check_ = now + kKeepAliveCheckNs;
     for (uint16_t cntlid : target_.expired(now)) {
       ++ctr_.keep_alive_expired;
       for (auto& c : conns_)
-        if (c->cntlid == cntlid) disconnect(*c);
+        if (c->cntlid.load(std::memory_order_acquire) == cntlid) disconnect(*c);
     }
     sweep();
   }
@@ -461,7 +686,8 @@ QueueReport RdmaTarget::report_of(const Conn& c) const {
   QueueReport r;
   r.loop = c.loop;
   r.qid = c.req.qid;
-  r.cntlid = c.cntlid;
+  r.cntlid = c.cntlid.load(std::memory_order_relaxed);
+  r.tid = c.tid;
   r.depth = c.depth;
   r.qpn = c.has_qp ? c.qp.qpn : 0;
   r.peer = netstack::gid_to_string(c.remote);
@@ -472,18 +698,61 @@ QueueReport RdmaTarget::report_of(const Conn& c) const {
   return r;
 }
 
-std::vector<QueueReport> RdmaTarget::report() const {
+std::vector<QueueReport> RdmaTarget::report() const { return collect(nullptr); }
+
+std::vector<QueueReport> RdmaTarget::collect(std::vector<LoopReport>* rings) const {
   std::vector<QueueReport> out = closed_;
+  if (rings)
+    for (size_t l = 0; l < rings->size() && l < rings_.size(); ++l) {
+      if (remote_loop(l) || !rings_[l]) continue;
+      (*rings)[l].has_ring = true;
+      (*rings)[l].ring_in_flight = rings_[l]->in_flight();
+      (*rings)[l].ring = rings_[l]->counters();
+    }
   for (const auto& c : conns_)
-    if (c->q) out.push_back(report_of(*c));
-  for (const auto& c : closing_) out.push_back(report_of(*c));
+    if (!remote(*c) && c->q) out.push_back(report_of(*c));
+  for (const auto& c : closing_) {
+    if (!remote(*c))
+      out.push_back(report_of(*c));
+    else if (c->released.load(std::memory_order_acquire))
+      out.push_back(c->final);
+  }
+  if (!threaded_) return out;
+  // Queues of other loops: their threads copy their counters (a message each,
+  // answered within a pass), so nothing of a queue is read by two threads.
+  std::vector<std::shared_ptr<ReportReq>> reqs;
+  auto* self = const_cast<RdmaTarget*>(this);
+  for (size_t l = 1; l < loops_.size(); ++l) {
+    reqs.push_back(std::make_shared<ReportReq>());
+    self->send(l, kReport, nullptr, reqs.back());
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    auto& r = reqs[i];
+    while (!r->done.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::yield();
+    if (!r->done.load(std::memory_order_acquire)) {
+      ++ctr_.report_timeouts;
+      continue;
+    }
+    for (auto& q : r->out) out.push_back(std::move(q));
+    if (rings && i + 1 < rings->size()) {
+      LoopReport& lr = (*rings)[i + 1];
+      lr.has_ring = r->ring.has_ring;
+      lr.ring_in_flight = r->ring.ring_in_flight;
+      lr.ring = r->ring.ring;
+    }
+  }
   return out;
 }
 
 std::vector<LoopReport> RdmaTarget::loop_report() const {
   std::vector<LoopReport> out(rings_.size());
-  for (size_t l = 0; l < out.size(); ++l) out[l].loop = static_cast<uint16_t>(l);
-  for (const QueueReport& q : report()) {
+  for (size_t l = 0; l < out.size(); ++l) {
+    out[l].loop = static_cast<uint16_t>(l);
+    out[l].tid = loop_tid(l);
+  }
+  for (const QueueReport& q : collect(&out)) {
     if (q.loop >= out.size()) continue;
     LoopReport& l = out[q.loop];
     if (!q.closed) ++l.live_queues;

@@ -65,7 +65,9 @@ struct Rig : testing::EmbeddedPair {
 
   // add: the subsystem's namespaces (none given: a 4 MiB RAM disk as nsid 1).
   // loops: core loops of both nodes (the net_ring pair gets as many queues).
-  explicit Rig(const TargetConfig& tc, const std::function<void(Subsystem&)>& add = {}, uint16_t loops = 1)
+  // threads: the target's loops 1..N-1 on threads of their own (RdmaOptions::threads).
+  explicit Rig(const TargetConfig& tc, const std::function<void(Subsystem&)>& add = {}, uint16_t loops = 1,
+               bool threads = false)
       : EmbeddedPair("nvmfrdma", "10.64.0.1", "10.64.0.2", 4095, loops), target(tc) {
     Subsystem& s = target.add_subsystem(kSub, "RING0", false);
     s.allow_host(kHost);
@@ -75,6 +77,7 @@ struct Rig : testing::EmbeddedPair {
       s.add_namespace(Namespace::ram({1, 512, 4 << 20}, kSub));
     rdma::RdmaOptions ro;
     ro.listen = {"10.64.0.2"};
+    ro.threads = threads;
     tgt = std::make_unique<rdma::RdmaTarget>(b, target, ro);
     a.set_cm_sink([this](const cm::Event& e) { ev.push_back(e); });
     pd = a.alloc_pd();
@@ -685,6 +688,146 @@ TEST_CASE("nvmf rdma: cores = 2: I/O queues placed on both core loops, commands 
   r.tgt->disconnect_all();
   REQUIRE(r.until([&] { return r.tgt->queues() == 0; }));
   CHECK(r.target.controllers() == 0);
+  r.a.destroy_qp(adm.qp);
+  for (auto& q : io) r.a.destroy_qp(q.qp);
+}
+
+TEST_CASE("nvmf rdma: cores = 2 with loops on threads: each queue served by its own loop's thread, data checked; "
+          "keep-alive expiry tears down I/O queues of the other thread, one with a file command in its ring",
+          "[nvmf][rdma][cores][threads]") {
+  TempDir dir;
+  const std::string img = dir.path + "/disk.img";
+  const std::string fifo = dir.path + "/slow";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  int ffd = ::open(fifo.c_str(), O_RDWR | O_CLOEXEC);
+  REQUIRE(ffd >= 0);
+  int wfd = ::open(fifo.c_str(), O_WRONLY | O_CLOEXEC);
+  REQUIRE(wfd >= 0);
+  TargetConfig tc = tcfg();
+  tc.max_io_queues = 4;
+  // nsid 1: a file; nsid 2: a FIFO (answers a read only once written to).
+  Rig r(
+      tc,
+      [&](Subsystem& s) {
+        s.add_namespace(Namespace::file({1, 512, 4 << 20}, kSub, img));
+        s.add_namespace(Namespace::file_fd({2, 512, 1 << 20}, kSub, ffd, false));
+      },
+      2, true);
+  REQUIRE(r.tgt->threaded());
+  REQUIRE(r.b.loop_threads_running());
+  const uint32_t me = static_cast<uint32_t>(::gettid());
+
+  HostQueue adm;
+  REQUIRE(r.connect(adm, 0, 31) == CmStatus::Ok);
+  Sqe c = Rig::cmd(0x7f);
+  encode_connect(c, ConnectCmd{0, 0, 31, 0, 1000});  // KATO 1 s
+  auto cd = r.connect_data(kCntlidDynamic);
+  std::memcpy(r.mem + kDataOff, cd.data(), cd.size());
+  r.keyed(c, kDataOff, kConnectDataSize);
+  Cqe rc = r.run(adm, c);
+  REQUIRE(rc.status.ok());
+  const uint16_t cntlid = static_cast<uint16_t>(rc.result);
+  Sqe ps = Rig::cmd(0x7f);
+  encode_property(ps, FabricsType::PropertySet, PropertyCmd{false, 0x14, 0x00460001});
+  REQUIRE(r.run(adm, ps).status.ok());
+
+  // I/O queues 1, 2, 3: loops 1, 0, 1 (qid % 2).
+  const uint16_t qids[] = {1, 2, 3};
+  HostQueue io[3];
+  for (int i = 0; i < 3; ++i) {
+    REQUIRE(r.connect(io[i], qids[i], 31) == CmStatus::Ok);
+    Sqe ic = Rig::cmd(0x7f);
+    encode_connect(ic, ConnectCmd{0, qids[i], 31, 0, 0});
+    encode_sgl(ic.dptr, Sgl{SglKind::InCapsule, 0, kConnectDataSize});
+    auto icd = r.connect_data(cntlid);
+    REQUIRE(r.run(io[i], ic, icd).status.ok());
+  }
+  for (int round = 0; round < 4; ++round) {
+    REQUIRE(r.run(adm, Rig::cmd(0x18)).status.ok());  // Keep Alive
+    for (int i = 0; i < 3; ++i) {
+      const uint32_t lba = static_cast<uint32_t>(qids[i] * 256 + round * 8);
+      auto data = pattern(4096, static_cast<uint32_t>(qids[i] * 10 + round));
+      Sqe w = Rig::cmd(0x01, 1);
+      w.cdw10 = lba;
+      w.cdw12 = 7;
+      encode_sgl(w.dptr, Sgl{SglKind::InCapsule, 0, 4096});
+      REQUIRE(r.run(io[i], w, data).status.ok());
+      std::memset(r.mem + kDataOff + 65536, 0, 4096);
+      Sqe rd = Rig::cmd(0x02, 1);
+      rd.cdw10 = lba;
+      rd.cdw12 = 7;
+      r.keyed(rd, kDataOff + 65536, 4096);
+      REQUIRE(r.run(io[i], rd).status.ok());
+      CHECK(std::memcmp(r.mem + kDataOff + 65536, data.data(), 4096) == 0);
+    }
+  }
+
+  // Loop 0 runs on this thread (poll()), loop 1 on another; every queue was
+  // served (its capsules received) by the thread of its own loop.
+  CHECK(r.tgt->loop_tid(0) == me);
+  const uint32_t other = r.tgt->loop_tid(1);
+  CHECK(other != 0);
+  CHECK(other != me);
+  auto rep = r.tgt->report();  // loop 1's queues reported by loop 1's thread
+  REQUIRE(rep.size() == 4);
+  uint64_t per_loop[2] = {0, 0};
+  for (const auto& q : rep) {
+    CHECK(q.loop == (q.qid == 0 ? 0 : q.qid % 2));
+    CHECK(q.tid == (q.loop == 0 ? me : other));
+    CHECK(r.b.dataplane().owner_core(0, q.qpn) == r.b.dataplane().port_cores(0)[q.loop]);
+    CHECK(q.q.errors == 0);
+    per_loop[q.loop] += q.q.commands;
+  }
+  auto loops = r.tgt->loop_report();
+  REQUIRE(loops.size() == 2);
+  CHECK(loops[0].tid == me);
+  CHECK(loops[1].tid == other);
+  CHECK(loops[0].commands == per_loop[0]);
+  CHECK(loops[0].commands == 2 + 4 + 1 + 8);  // admin: Connect, Property Set, 4 Keep Alive; qid 2: Connect + 8 I/O
+  CHECK(loops[1].commands == 2 * (1 + 8));    // qid 1 and 3
+  CHECK(loops[0].file_commands == 8);
+  CHECK(loops[1].file_commands == 16);
+  CHECK(r.tgt->counters().loop_messages >= 2 + 2);  // two queues handed to loop 1, two report requests
+
+  // A read of the FIFO on qid 3 (loop 1) stays in loop 1's io_uring; then the
+  // host goes quiet. Keep-alive expires: DREQ on all four queues from the
+  // home loop; loop 1 releases qid 1 at once and qid 3 once its read is back.
+  Sqe fr = Rig::cmd(0x02, 2);
+  fr.cdw12 = 7;
+  r.keyed(fr, kDataOff, 4096);
+  r.send_capsule(io[2], fr);
+  REQUIRE(r.until([&] {
+    for (const auto& l : r.tgt->loop_report())
+      if (l.loop == 1 && l.file_commands == 17) return true;
+    return false;
+  }));
+  const auto quiet = std::chrono::steady_clock::now();
+  REQUIRE(r.until([&] { return r.tgt->counters().keep_alive_expired == 1 && r.tgt->queues() == 1; }, 5));
+  CHECK(std::chrono::steady_clock::now() - quiet < std::chrono::seconds(4));
+  CHECK(r.tgt->counters().disconnects_sent == 4);
+  CHECK(r.target.controller(cntlid) == nullptr);  // out of the table; qid 3 still holds it
+  // Polls return at once while qid 3's read is outstanding.
+  auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < 1000; ++i) r.pump();
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(1));
+  CHECK(r.tgt->queues() == 1);
+  auto bytes = pattern(4096, 5);
+  REQUIRE(::write(wfd, bytes.data(), bytes.size()) == 4096);
+  REQUIRE(r.until([&] { return r.tgt->queues() == 0; }));
+  CHECK(r.target.controllers() == 0);
+  CHECK(r.tgt->counters().queues_destroyed == 4);
+  auto fin = r.tgt->report();
+  REQUIRE(fin.size() == 4);
+  for (const auto& q : fin) {
+    CHECK(q.closed);
+    CHECK(q.tid == (q.loop == 0 ? me : other));
+  }
+  REQUIRE(r.until([&] {
+    return std::count_if(r.ev.begin(), r.ev.end(), [](const cm::Event& e) { return e.type == cm::EventType::Disconnected; }) == 4;
+  }, 5));
+  r.tgt.reset();  // joins loop 1's thread
+  CHECK(!r.b.loop_threads_running());
+  ::close(wfd);
   r.a.destroy_qp(adm.qp);
   for (auto& q : io) r.a.destroy_qp(q.qp);
 }
