@@ -515,7 +515,7 @@ Target::Connected Target::connect(const Sqe& s, std::span<const uint8_t> data, u
   Controller* ctrl = cit == ctrls_.end() ? nullptr : cit->second.get();
   if (!ctrl || &ctrl->subsystem() != sub || ctrl->hostnqn() != d.hostnqn)
     return fail(sc::kConnectInvalidParam, connect_invalid_param(true, kConnectDataOffCntlid));
-  if (!ctrl->ready()) return fail(sc::kCmdSeqError);
+  if (!ctrl->ready() || ctrl->ka_expired_) return fail(sc::kCmdSeqError);  // expired: being torn down
   if (c.qid > ctrl->io_queues()) return fail(sc::kConnectInvalidParam, connect_invalid_param(false, kConnectOffQid));
   if (c.sqsize == 0 || c.sqsize >= cfg_.max_queue_depth)
     return fail(sc::kConnectInvalidParam, connect_invalid_param(false, kConnectOffSqsize));
@@ -543,11 +543,14 @@ std::vector<uint8_t> Target::discovery_log(std::string_view hostnqn) const {
   return build_discovery_log(genctr_, es);
 }
 
-std::vector<uint16_t> Target::expired(uint64_t now_ns) const {
+std::vector<uint16_t> Target::expired(uint64_t now_ns) {
   std::lock_guard lk(mu_);
   std::vector<uint16_t> v;
   for (auto& [id, c] : ctrls_)
-    if (!c->alive(now_ns)) v.push_back(id);
+    if (!c->ka_expired_ && !c->alive(now_ns)) {
+      c->ka_expired_ = true;
+      v.push_back(id);
+    }
   return v;
 }
 

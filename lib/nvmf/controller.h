@@ -166,6 +166,7 @@ class Controller {
   uint32_t cc_ = 0;
   std::atomic<uint32_t> csts_{0};
   std::atomic<bool> gone_{false};
+  bool ka_expired_ = false;  // named by Target::expired (under Target::mutex())
   uint32_t kato_ms_ = 0;
   uint64_t ka_deadline_ns_ = 0;
   uint16_t io_queues_ = 0;
@@ -227,8 +228,11 @@ class Target {
 
   // The discovery log a host may see: one entry per subsystem it is allowed on.
   std::vector<uint8_t> discovery_log(std::string_view hostnqn) const;
-  // Controllers whose keep-alive expired at now_ns (the glue disconnects them).
-  std::vector<uint16_t> expired(uint64_t now_ns) const;
+  // Controllers whose keep-alive expired at now_ns (the glue disconnects
+  // them), each named once: a controller stays in the table until its admin
+  // queue is gone, which may take many checks (the host must answer the
+  // DREQ); from then on it also refuses the Connect of further I/O queues.
+  std::vector<uint16_t> expired(uint64_t now_ns);
 
  private:
   TargetConfig cfg_;

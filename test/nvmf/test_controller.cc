@@ -344,6 +344,37 @@ TEST_CASE("controller: keep alive expires unless the host keeps it alive", "[nvm
   CHECK(r.ctrl->alive(~0ull));
 }
 
+// The glue checks every 100 ms and the controller stays in the table until
+// its admin queue is gone (the host has to answer the DREQ first): each
+// controller's expiry is named once, not at every check (a run with an
+// unreachable host counted 641 expiries of one controller).
+TEST_CASE("controller: an expired keep alive is named once, and the controller takes no more I/O queues",
+          "[nvmf][controller]") {
+  Target t(tcfg());
+  populate(t);
+  Host h{t};
+  auto r = h.connect(0, 31, 0xffff, 1000, 0);
+  REQUIRE(r.cqe.status.ok());
+  h.ctrl = r.ctrl;
+  REQUIRE(h.prop_set(0x14, 0x00460001).cqe.status.ok());
+  const uint16_t id = r.ctrl->cntlid();
+  REQUIRE(h.connect(1, 127, id, 1000, 0).cqe.status.ok());
+  Host other{t};  // a second controller that stays alive
+  auto r2 = other.connect(0, 31, 0xffff, 0, 0);
+  REQUIRE(r2.cqe.status.ok());
+  CHECK(t.expired(1000 * kMs).empty());
+  CHECK(t.expired(1500 * kMs) == std::vector<uint16_t>{id});
+  for (uint64_t ms = 1600; ms <= 60000; ms += 100) {  // still in the table: not named again
+    REQUIRE(t.controller(id) == r.ctrl);
+    REQUIRE(t.expired(ms * kMs).empty());
+  }
+  // Being torn down: a further I/O queue is refused.
+  CHECK(h.connect(2, 127, id, 1000, 0).cqe.status == sc::kCmdSeqError);
+  t.destroy(id);
+  CHECK(t.controllers() == 1);
+  CHECK(t.expired(~0ull >> 1).empty());
+}
+
 TEST_CASE("controller: AERs wait for events; namespace change notice and its log", "[nvmf][controller]") {
   Target t(tcfg());
   populate(t);
