@@ -1067,6 +1067,17 @@ run_nvmf() {
     printf '%s\n' "$kerr" >"$OUT/$tag.dmesg-errors"
     note="${note:-NVMe errors in the kernel log of $G1: $(printf '%s' "$kerr" | head -n 1)}"
   fi
+  # A failed case keeps the guest's whole kernel log (the error filter above leaves out lines
+  # such as nvme-rdma's "got bad command_id" or rxe's "not free"), its rxe counters and its
+  # NIC's packet counts next to what its tap on the host received (a virtio-net TX stall:
+  # the guest counts frames sent that the tap never got), before run_case may reboot the
+  # guest: $tag.dmesg, through the harness's 9p channel (no network needed).
+  if [ -n "$note" ]; then
+    rx 40 exec "$G1" --timeout 30 -- sh -c 'dmesg; echo "-- rxe0 counters";
+      grep -H . /sys/class/infiniband/rxe0/ports/1/hw_counters/* 2>/dev/null; echo "-- guest eth0";
+      ip -s link show eth0; tc -s qdisc show dev eth0' >"$OUT/$tag.dmesg" 2>&1
+    { echo "-- host side: the guest's tap (its RX = frames the guest sent)"; ip -n "$NS" -s link show "rxt-$G1"; } >>"$OUT/$tag.dmesg" 2>&1
+  fi
   local res=PASS
   if [ -n "$note" ] || [ "$bad" != 0 ] || [ "$mal" != 0 ] || [ "$ttl" != 0 ] || [ "$n" -eq 0 ]; then
     res=FAIL
