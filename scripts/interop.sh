@@ -1075,7 +1075,7 @@ run_nvmf() {
   if [ -n "$note" ]; then
     rx 40 exec "$G1" --timeout 30 -- sh -c 'dmesg; echo "-- rxe0 counters";
       grep -H . /sys/class/infiniband/rxe0/ports/1/hw_counters/* 2>/dev/null; echo "-- guest eth0";
-      ip -s link show eth0; tc -s qdisc show dev eth0' >"$OUT/$tag.dmesg" 2>&1
+      ip -s link show eth0; tc -s qdisc show dev eth0; ip neigh show dev eth0' >"$OUT/$tag.dmesg" 2>&1
     { echo "-- host side: the guest's tap (its RX = frames the guest sent)"; ip -n "$NS" -s link show "rxt-$G1"; } >>"$OUT/$tag.dmesg" 2>&1
   fi
   local res=PASS
