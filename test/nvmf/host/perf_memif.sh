@@ -85,7 +85,7 @@ j = json.load(open(sys.argv[1]))
 loops = {l["loop"]: l["commands"] for l in j["loops"]}
 qs = [q for q in j["queues"] if q["qid"] > 0]
 print("    droce-ctl nvmf: loops", loops, "I/O queues", [(q["qid"], q["loop"], q["commands"], q["p50_us"]) for q in qs])
-ok = (len(loops) == 2 and all(v >= 1000 for v in loops.values()) and len(qs) == 2 and all(q["lat_n"] > 0 for q in qs)
+ok = (len(loops) == 2 and all(v >= 200 for v in loops.values()) and len(qs) == 2 and all(q["lat_n"] > 0 for q in qs)
       and sum(q["commands"] for q in qs) >= 4000)
 sys.exit(0 if ok else 1)' "$tmp/ctl.json"; then
     echo "ok: droce-ctl nvmf (control socket)"
@@ -98,9 +98,13 @@ stop_target "$tmp/target2.log"
 for l in 0 1; do
   n=$(awk -v l="$l" '$1 == "droce-nvmf:" && $2 == "loop" && $3 == l { for (i = 4; i < NF; i++) if ($i == "commands") print $(i + 1) }' "$tmp/target2.log")
   echo "    loop $l commands ${n:-none}"
-  # 2000 verified I/Os are 4000 commands over two I/O queues, one a loop, split
-  # as the host's queue choice falls (1995/2007 seen): each loop a clear share.
-  if [ -z "$n" ] || [ "$n" -lt 1000 ]; then echo "FAIL: loop $l served ${n:-no} commands (want >= 1000)"; fails=$((fails + 1)); fi
+  # 2000 verified I/Os are 4000 commands over two I/O queues, one a loop. Each
+  # of the host's request slots is bound to a queue and reissued as soon as it
+  # completes, so the split follows the loops' speed: even on a quiet machine
+  # (1995/2007 seen), 3125/887 with loop 1's thread descheduled while other
+  # jobs' builds shared the CPUs (both target loops share one CPU here,
+  # --lcores=0@1). Each loop must serve a clear share (5%), not half.
+  if [ -z "$n" ] || [ "$n" -lt 200 ]; then echo "FAIL: loop $l served ${n:-no} commands (want >= 200)"; fails=$((fails + 1)); fi
 done
 [ "$fails" -eq 0 ] && echo "all passed"
 [ "$fails" -eq 0 ]
