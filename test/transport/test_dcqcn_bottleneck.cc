@@ -380,7 +380,7 @@ TEST_CASE("dcqcn bottleneck: a flow that starts late gets its share", "[bottlene
   CHECK(stats::jain_index(three) >= 0.95);
 }
 
-// Any case by hand (what scripts/dcqcn-plot.sh draws besides the test's):
+// Any case by hand:
 // DROCE_FLOWS, DROCE_MS, DROCE_GAP_US (flow i starts at i * gap),
 // DROCE_LATE_MS (the last flow starts then), DROCE_CLAMP=1 (the paper's
 // target = current on every decrease), DROCE_ON=1/0 (only with/without),
