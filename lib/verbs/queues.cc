@@ -186,6 +186,25 @@ void QpBase::apply_attrs(const QpAttr& a, uint32_t mask) noexcept {
   attr.qp_state = state;
 }
 
+namespace {
+// What a data WQE keeps of its WR: the common fields, the SGEs in use and the
+// operation's parts (the bind part belongs to memory-window WRs, copied whole
+// above). A plain struct copy moves all of SendWr, eight SGEs included (a
+// `rep movs` of 264 bytes, most of a post's cost); a 64 B WRITE uses one SGE.
+inline void copy_posted(SendWr& d, const SendWr& s) noexcept {
+  d.wr_id = s.wr_id;
+  d.opcode = s.opcode;
+  d.send_flags = s.send_flags;
+  d.num_sge = s.num_sge;
+  for (uint32_t i = 0; i < s.num_sge; ++i) d.sg_list[i] = s.sg_list[i];
+  d.imm_data = s.imm_data;
+  d.invalidate_rkey = s.invalidate_rkey;
+  d.rdma = s.rdma;
+  d.atomic = s.atomic;
+  d.ud = s.ud;
+}
+}  // namespace
+
 int QpBase::post_send(const SendWr& wr) noexcept {
   // ibv_post_send: the send queue must be in RTS (or SQD/SQE/ERR where WRs are
   // flushed or held); RESET/INIT/RTR reject.
@@ -216,7 +235,7 @@ int QpBase::post_send(const SendWr& wr) noexcept {
   if (inl && len > attr.cap.max_inline_data) return EINVAL;
   if (type == QpType::UD && wr.ud.ah == nullptr) return EINVAL;
   SendWqe& w = sq.at(sq.head);
-  w.wr = wr;
+  copy_posted(w.wr, wr);
   w.length = static_cast<uint32_t>(len);
   w.is_inline = inl;
   if (inl) {

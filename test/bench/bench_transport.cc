@@ -4,6 +4,7 @@
 // transport) measured in the same run.
 // Release build: build/test/bench/bench_transport [seconds-per-case] [idle-QPs, default 1000000]
 //   [largest QP count of the scaling cases, default 65536]
+// BENCH_PROFILE=write64|send64|write64k runs only that case, for a profile.
 #include <malloc.h>
 #include <algorithm>
 #include <chrono>
@@ -318,6 +319,19 @@ double idle_qp_bytes(uint32_t n) {
 
 int main(int argc, char** argv) {
   const double secs = argc > 1 ? std::atof(argv[1]) : 0.5;
+  // BENCH_PROFILE=write64|send64|write64k runs that one case for the whole time (for perf record).
+  if (const char* only = std::getenv("BENCH_PROFILE")) {
+    const std::string c = only;
+    const bool w64k = c == "write64k";
+    if (c != "write64" && c != "send64" && !w64k) {
+      std::fprintf(stderr, "BENCH_PROFILE: write64, send64 or write64k, not '%s'\n", only);
+      return 2;
+    }
+    const double r = run_msgs(c == "send64" ? WrOpcode::Send : WrOpcode::RdmaWrite, w64k ? 65536 : 64,
+                              w64k ? Mtu::M4096 : Mtu::M1024, secs, w64k ? 32 : 256, w64k ? 4 : 16);
+    std::printf("%s: %.3f M msgs/s, %.2f frames per message\n", only, r / 1e6, g_frames_per_msg);
+    return 0;
+  }
   std::printf("droce transport benchmark (both engines and the link on one core; best of 3 interleaved rounds)\n");
   // Rounds interleave the cases so a noisy neighbour hurts them alike; each figure is its best round.
   double floor64 = 0, raw = 0, raw4k = 0, w64 = 0, s64 = 0, w64k = 0, w64_fpm = 0, s64_fpm = 0;

@@ -31,6 +31,18 @@ double rate(double secs, F&& body) {  // operations per second
   return static_cast<double>(ops) / std::chrono::duration<double>(now - start).count();
 }
 
+// The best of many short slices: on a shared machine the slowest slices
+// measure the neighbours, the fastest the code.
+template <typename F>
+double best_rate(double secs, F&& body) {
+  double best = 0;
+  for (int i = 0; i < 20; ++i) {
+    const double r = rate(secs / 20, body);
+    if (r > best) best = r;
+  }
+  return best;
+}
+
 Headers headers(uint8_t opcode) {
   Headers h;
   h.l2.dst = {2, 0, 0, 0, 0, 2};
@@ -76,6 +88,29 @@ int main(int argc, char** argv) {
     std::snprintf(name, sizeof name, "build+ICRC %u B WRITE (Mpps)", plen);
     std::printf("%-34s %14.2f %14.2f %10.3f\n", name, build_pps / 1e6, memcpy_pps / 1e6, build_pps / memcpy_pps);
   }
+  // The ICRC of a whole IPv4 packet in one buffer (what RX verifies and what a
+  // copied TX frame gets) against the same ICRC over its parts (masked
+  // headers, then the rest, as a frame whose payload is elsewhere gets it).
+  for (uint32_t plen : {64u, 1024u}) {
+    const Headers h = headers(op::RC_WRITE_ONLY);
+    std::vector<uint8_t> payload(plen, 0x5A), frame(frame_len(h, plen));
+    build_frame(frame, h, payload);
+    PacketView v;
+    if (parse_frame(frame, v) != ParseError::Ok) return 1;
+    const std::span<const uint8_t> l3{frame.data() + v.l3_off, frame.size() - kIcrcSize - v.l3_off};
+    const size_t fixed = v.ip_hdr_len + 8 + 12;
+    const double whole = best_rate(secs, [&] { g_sink = g_sink + icrc_compute(l3, v.ip_hdr_len, false); });
+    const double parts = best_rate(secs, [&] {
+      IcrcState st = icrc_begin(l3.data(), v.ip_hdr_len, false);
+      icrc_update(st, l3.data() + fixed, l3.size() - fixed);
+      g_sink = g_sink + icrc_finish(st);
+    });
+    char name[64];
+    std::snprintf(name, sizeof name, "ICRC whole vs parts %u B (ns)", plen);
+    std::printf("%-34s %14.1f %14.1f %10.3f\n", name, 1e9 / whole, 1e9 / parts, whole / parts);
+  }
+  std::printf("(ns per packet: the whole-packet ICRC, then the masked headers and the rest folded as parts;\n"
+              " the ratio is the speed-up of the whole-packet path)\n");
   for (size_t len : {256u, 4096u, 65536u}) {
     std::vector<uint8_t> buf(len), dst(len);
     for (size_t i = 0; i < len; ++i) buf[i] = static_cast<uint8_t>(i);
