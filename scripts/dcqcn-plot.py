@@ -5,7 +5,7 @@ of every flow (received bytes per 100 us sample) and the bottleneck queue (its
 maximum in each sample) over time, with Kmin and Kmax; one row per CSV.
 
   scripts/dcqcn-plot.py OUT.png A.csv [B.csv ...]   (Debian's /usr/bin/python3 with python3-matplotlib)
-  scripts/dcqcn-plot.sh                              (runs the test cases and draws build/dcqcn/dcqcn.png)
+  scripts/dcqcn-plot.sh [OUTDIR]                     (runs the test cases and draws one PNG per case)
 """
 import csv
 import os

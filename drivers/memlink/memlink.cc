@@ -97,11 +97,11 @@ void Port::free_burst(io::PktBuf** bufs, uint16_t n) noexcept {
   for (uint16_t i = 0; i < n; ++i) link_->put_buf(bufs[i]);
 }
 
-void Port::enqueue(io::PktBuf* b, uint64_t at) noexcept {
+void Port::enqueue(io::PktBuf* b, uint64_t at, uint64_t bn_depart) noexcept {
   const uint32_t fifo_len = fifo_head_ - fifo_tail_;
   const bool in_order = fifo_len == 0 || fifo_[(fifo_head_ - 1) & fifo_mask_].at <= at;
   if (in_order && fifo_len <= fifo_mask_) {
-    fifo_[fifo_head_++ & fifo_mask_] = Pending{at, link_->seq_++, b};
+    fifo_[fifo_head_++ & fifo_mask_] = Pending{at, link_->seq_++, b, bn_depart};
     return;
   }
   if (heap_len_ >= heap_cap_) {
@@ -109,7 +109,7 @@ void Port::enqueue(io::PktBuf* b, uint64_t at) noexcept {
     link_->put_buf(b);
     return;
   }
-  heap_[heap_len_++] = Pending{at, link_->seq_++, b};
+  heap_[heap_len_++] = Pending{at, link_->seq_++, b, bn_depart};
   std::push_heap(heap_.get(), heap_.get() + heap_len_, Later{});
 }
 
@@ -163,6 +163,7 @@ uint16_t Port::tx_burst(io::PktBuf** bufs, uint16_t n) noexcept {
       tx_next_ = start + b->len * 8'000'000'000ull / tx_rate_bps_;
       at = tx_next_ + f.delay_ns;
     }
+    uint64_t bn_depart = 0;
     if (dst->bn_.active()) {
       const fault::BnVerdict v = fault::bottleneck_offer(dst->bn_, dst->bn_next_, dst->bn_max_q_, at, b->len,
                                                          [&L] { return L.uniform(); }, &at);
@@ -172,6 +173,7 @@ uint16_t Port::tx_burst(io::PktBuf** bufs, uint16_t n) noexcept {
         continue;
       }
       if (v == fault::BnVerdict::Mark && L.mark_ce(b)) L.count(Counter::BottleneckMarked);
+      if (dst->bn_.mark_dequeue) bn_depart = at;
     }
     if (f.reorder > 0 && L.uniform() < f.reorder) {
       at += f.reorder_delay_ns;
@@ -199,7 +201,7 @@ uint16_t Port::tx_burst(io::PktBuf** bufs, uint16_t n) noexcept {
       dst->rx_next_ = at + dst->rx_ns_per_frame_;
     }
     b->port = dst->index_;
-    dst->enqueue(b, at);
+    dst->enqueue(b, at, bn_depart);
   }
   return n;
 }
@@ -210,12 +212,21 @@ uint16_t Port::rx_burst(io::PktBuf** bufs, uint16_t n) noexcept {
   while (i < n) {
     const Pending* e = earliest();
     if (!e || e->at > now) break;
+    Pending p;
     if (e == &heap_[0] && heap_len_) {
       std::pop_heap(heap_.get(), heap_.get() + heap_len_, Later{});
-      bufs[i++] = heap_[--heap_len_].buf;
+      p = heap_[--heap_len_];
     } else {
-      bufs[i++] = fifo_[fifo_tail_++ & fifo_mask_].buf;
+      p = fifo_[fifo_tail_++ & fifo_mask_];
     }
+    // Marking on departure: the queue behind it when it left (the frames
+    // offered since; those still on their way in to the queue count too, at
+    // most a link delay and a TX ring per sender).
+    if (p.bn_depart && fault::bottleneck_mark_dequeue(bn_, bn_next_, p.bn_depart, p.buf->len,
+                                                      [this] { return link_->uniform(); }) &&
+        link_->mark_ce(p.buf))
+      link_->count(Counter::BottleneckMarked);
+    bufs[i++] = p.buf;
   }
   link_->count(Counter::Delivered, i);
   return i;

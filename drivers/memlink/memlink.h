@@ -114,9 +114,10 @@ class Port final : public io::PacketIo {
     uint64_t at;
     uint64_t seq;
     io::PktBuf* buf;
+    uint64_t bn_depart = 0;  // marking on departure (mark_dequeue): when it leaves the bottleneck, 0: none
   };
   Port(Link* link, uint16_t index, wire::MacAddr mac, uint32_t depth);
-  void enqueue(io::PktBuf* b, uint64_t at) noexcept;
+  void enqueue(io::PktBuf* b, uint64_t at, uint64_t bn_depart = 0) noexcept;
 
   Link* link_;
   uint16_t index_;

@@ -6,6 +6,10 @@
 //   q + len > limit_bytes          tail drop
 //   ecn and q > kmin_bytes         marked CE with probability pmax * (q - kmin) / (kmax - kmin),
 //                                  always when q >= kmax_bytes (RED as DCQCN's switches run it)
+// With mark_dequeue the same RED decision is taken when the frame leaves, on
+// the bytes queued behind it then (bottleneck_mark_dequeue): switches that mark
+// on departure. Marking on arrival, a CE frame first waits behind the queue it
+// reports (200 us behind 1 MB at 40 Gb/s) while the senders go on at their rate.
 // otherwise it joins the queue and leaves when the frames before it and its
 // own bytes have drained: depart = max(at, drained) + len / rate.
 // Rate in bits/s, or in frames/s (rate_pps, when rate_bps is 0: each frame
@@ -27,6 +31,7 @@ struct Bottleneck {
   double pmax = 0.01;
   uint64_t limit_bytes = 1'000'000;
   bool ecn = true;  // false: tail drop only
+  bool mark_dequeue = false;  // RED on the queue a frame leaves behind, not the one it finds
   bool active() const noexcept { return rate_bps != 0 || rate_pps != 0; }
 };
 
@@ -67,7 +72,7 @@ BnVerdict bottleneck_offer(const Bottleneck& b, uint64_t& drained_ns, uint64_t& 
   const uint64_t q = bottleneck_queue_bytes(b, drained_ns, at, len);
   if (q + len > b.limit_bytes) return BnVerdict::Drop;
   BnVerdict v = BnVerdict::Pass;
-  if (b.ecn && q > b.kmin_bytes) {
+  if (b.ecn && !b.mark_dequeue && q > b.kmin_bytes) {
     const double p = bottleneck_mark_probability(b, q);
     if (uniform() < p) v = BnVerdict::Mark;
   }
@@ -75,6 +80,17 @@ BnVerdict bottleneck_offer(const Bottleneck& b, uint64_t& drained_ns, uint64_t& 
   drained_ns = std::max(at, drained_ns) + bottleneck_service_ns(b, len);
   *depart = drained_ns;
   return v;
+}
+
+// Marking on departure (mark_dequeue): the frame that leaves at `depart` when
+// the queue drains at drained_ns leaves q bytes behind it and is marked with
+// RED's probability for q. uniform() is called only past kmin, as above.
+template <class Uniform>
+bool bottleneck_mark_dequeue(const Bottleneck& b, uint64_t drained_ns, uint64_t depart, uint32_t len,
+                             Uniform&& uniform) noexcept {
+  if (!b.ecn || !b.mark_dequeue) return false;
+  const uint64_t q = bottleneck_queue_bytes(b, drained_ns, depart, len);
+  return q > b.kmin_bytes && uniform() < bottleneck_mark_probability(b, q);
 }
 
 // Marks an Ethernet frame's IPv4/IPv6 packet CE (the IPv4 header checksum

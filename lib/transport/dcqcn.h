@@ -40,6 +40,30 @@ struct Params {
   uint64_t burst_bytes = 4096;             // the pacer lets this much leave back to back
 };
 
+// The DCQCN paper's timescales (Zhu et al. 2015): alpha updated every 55 us
+// with g = 1/256 (keeps 1020/1024), the increase timer 55 us, the byte counter
+// 10 MB, F = 5 fast-recovery stages, additive increase 40 Mb/s, the target
+// clamped to the current rate on every decrease; hyper increase 400 Mb/s
+// (10 x AI, our choice). The paper pairs them with a CNP every 50 us at most
+// (the notification point's interval, set apart). NVIDIA's defaults (Params{})
+// forget congestion far sooner: alpha loses 5/1024 of itself every 1 us (half
+// in ~140 us) while a CNP every 4 us at most adds 5/1024, so alpha stays
+// under ~1/4 and decays to nothing in one 300 us timer period
+// (lib/transport/README.md, through a bottleneck).
+inline Params paper_params(uint32_t line_rate_kbps) noexcept {
+  Params p;
+  p.line_rate_kbps = line_rate_kbps;
+  p.alpha_g = 1020;
+  p.alpha_update_period_ns = 55'000;
+  p.time_reset_ns = 55'000;
+  p.byte_reset = 10'000'000;
+  p.threshold = 5;
+  p.ai_rate_kbps = 40'000;
+  p.hai_rate_kbps = 400'000;
+  p.clamp_tgt_rate = true;
+  return p;
+}
+
 // Counters the operator sees per QP.
 struct Counters {
   uint64_t cnps = 0;        // CNPs handled

@@ -162,6 +162,50 @@ TEST_CASE("memlink: a bottleneck queue drains at its rate, marks above Kmax and 
   CHECK(link.free_bufs() == 64);
 }
 
+TEST_CASE("memlink: a bottleneck that marks on departure judges the queue a frame leaves behind", "[memlink]") {
+  constexpr uint64_t kRate = 158ull * 8 * 1'000'000;  // one 158-byte frame per microsecond
+  memlink::VirtualClock clock;
+  memlink::Link link(clock, 1, 64, 2048);
+  auto& a = link.add_port(mac(1));
+  auto& b = link.add_port(mac(2));
+  memlink::Bottleneck bn;
+  bn.rate_bps = kRate;
+  bn.kmin_bytes = 300;
+  bn.kmax_bytes = 600;
+  bn.pmax = 0;
+  bn.limit_bytes = 100'000;
+  bn.mark_dequeue = true;
+  b.set_bottleneck(bn);
+  const uint64_t t0 = clock.now_ns();
+  for (uint32_t i = 0; i < 10; ++i) send(a, 2, i);
+  CHECK(link.counter(memlink::Counter::BottleneckMarked) == 0);  // nothing judged on arrival
+  // Frame i leaves at (i + 1) us with 9 - i frames (158 bytes each) behind it:
+  // frames 0..5 leave 632 bytes or more (>= Kmax) and are marked, 6..9 not
+  // (on arrival it would be the other way round: 4..9 found 632+ ahead).
+  int ce = 0;
+  clock.set(t0 + 1000);
+  CHECK(receive(b, nullptr, &ce) == std::vector<uint32_t>{0});
+  CHECK(ce == 1);
+  CHECK(link.counter(memlink::Counter::BottleneckMarked) == 1);
+  ce = 0;
+  clock.set(t0 + 6000);
+  CHECK(receive(b, nullptr, &ce).size() == 5);
+  CHECK(ce == 5);
+  ce = 0;
+  clock.set(t0 + 10'000);
+  CHECK(receive(b, nullptr, &ce).size() == 4);
+  CHECK(ce == 0);
+  CHECK(link.counter(memlink::Counter::BottleneckMarked) == 6);
+  // ecn off: nothing marked on departure either.
+  bn.ecn = false;
+  b.set_bottleneck(bn);
+  for (uint32_t i = 0; i < 10; ++i) send(a, 2, 100 + i);
+  clock.set(t0 + 30'000);
+  CHECK(receive(b).size() == 10);
+  CHECK(link.counter(memlink::Counter::BottleneckMarked) == 6);
+  CHECK(link.free_bufs() == 64);
+}
+
 TEST_CASE("memlink: a port's line rate spaces the frames it sends", "[memlink]") {
   memlink::VirtualClock clock;
   memlink::Link link(clock, 1, 64, 2048);
