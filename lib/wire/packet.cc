@@ -135,10 +135,12 @@ ParseError parse_frame(std::span<const uint8_t> frame, PacketView& v, ParseOptio
   const uint8_t* p = frame.data();
   const size_t n = frame.size();
   if (n < sizeof(EthHdr)) return ParseError::Truncated;
-  const auto eth = load<EthHdr>(p);
-  v.h.l2.dst = eth.dst;
-  v.h.l2.src = eth.src;
-  uint16_t et = eth.ethertype.get();
+  // The MACs straight from the frame: a copy of the 14-byte Ethernet header
+  // into a local first compiles to overlapping 8-byte stack moves whose
+  // reloads miss store forwarding (three stalls, half of this function's time).
+  std::memcpy(v.h.l2.dst.data(), p, 6);
+  std::memcpy(v.h.l2.src.data(), p + 6, 6);
+  uint16_t et = static_cast<uint16_t>(uint16_t{p[12]} << 8 | p[13]);
   size_t off = sizeof(EthHdr);
   v.h.l2.vlan = false;
   v.h.l2.vlan_tci = 0;

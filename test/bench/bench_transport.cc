@@ -4,7 +4,7 @@
 // transport) measured in the same run.
 // Release build: build/test/bench/bench_transport [seconds-per-case] [idle-QPs, default 1000000]
 //   [largest QP count of the scaling cases, default 65536]
-// BENCH_PROFILE=write64|send64|write64k runs only that case, for a profile.
+// BENCH_PROFILE=write64|send64|write64k|scaleN runs only that case, for a profile.
 #include <malloc.h>
 #include <algorithm>
 #include <chrono>
@@ -319,12 +319,18 @@ double idle_qp_bytes(uint32_t n) {
 
 int main(int argc, char** argv) {
   const double secs = argc > 1 ? std::atof(argv[1]) : 0.5;
-  // BENCH_PROFILE=write64|send64|write64k runs that one case for the whole time (for perf record).
+  // BENCH_PROFILE=write64|send64|write64k|scaleN runs that one case for the whole time (for perf record).
   if (const char* only = std::getenv("BENCH_PROFILE")) {
     const std::string c = only;
+    if (c.rfind("scale", 0) == 0 && c.size() > 5) {  // scaleN: the QP-scaling case over N QP pairs
+      const uint32_t nqp = static_cast<uint32_t>(std::atol(c.c_str() + 5));
+      if (nqp == 0) return 2;
+      std::printf("%s: %.3f M msgs/s\n", only, run_scaling(nqp, secs) / 1e6);
+      return 0;
+    }
     const bool w64k = c == "write64k";
     if (c != "write64" && c != "send64" && !w64k) {
-      std::fprintf(stderr, "BENCH_PROFILE: write64, send64 or write64k, not '%s'\n", only);
+      std::fprintf(stderr, "BENCH_PROFILE: write64, send64, write64k or scaleN, not '%s'\n", only);
       return 2;
     }
     const double r = run_msgs(c == "send64" ? WrOpcode::Send : WrOpcode::RdmaWrite, w64k ? 65536 : 64,
@@ -365,17 +371,28 @@ int main(int argc, char** argv) {
   // QP-count scaling: 64 B WRITEs over N QP pairs against one QP, same run.
   const uint32_t counts[] = {1, 16, 256, 4096, 65536};
   const uint32_t max_scale = argc > 3 ? static_cast<uint32_t>(std::atol(argv[3])) : 65536;
-  double one = 0;
+  double one = 0, one_fps = 0;
   for (uint32_t c : counts) {
     if (c > max_scale) break;
-    double best = 0;
-    for (int round = 0; round < 2; ++round) best = std::max(best, run_scaling(c, secs / 2));
-    if (c == 1) one = best;
-    std::printf("%-38s %14.2f %14.2f %10.3f\n", ("RC WRITE 64 B over " + std::to_string(c) + " QPs (M/s)").c_str(),
-                best / 1e6, one / 1e6, best / one);
+    double best = 0, fpm = 0;
+    for (int round = 0; round < 2; ++round) {
+      const double r = run_scaling(c, secs / 2);
+      if (r > best) {
+        best = r;
+        fpm = g_frames_per_msg;
+      }
+    }
+    if (c == 1) {
+      one = best;
+      one_fps = best * fpm;
+    }
+    std::printf("%-38s %14.2f %14.2f %10.3f   %.2f frames/msg, frames/s ratio %.3f\n",
+                ("RC WRITE 64 B over " + std::to_string(c) + " QPs (M/s)").c_str(), best / 1e6, one / 1e6, best / one,
+                fpm, best * fpm / one_fps);
   }
   std::printf("(QP scaling: signaled 64 B WRITEs round robin over N QP pairs, at most 256 in flight\n"
-              " in all and 256/N per QP; ratio against N = 1 in the same run, best of 2 rounds)\n");
+              " in all and 256/N per QP; ratio against N = 1 in the same run, best of 2 rounds; with one WR\n"
+              " in flight per QP every message needs an ACK of its own, hence the frames/s ratio)\n");
   const uint32_t nqp = argc > 2 ? static_cast<uint32_t>(std::atol(argv[2])) : 1'000'000;
   const double idle = idle_qp_bytes(nqp);
   std::printf("%-38s %14.0f %14d %10.2f\n", ("memory per idle RC QP (bytes, " + std::to_string(nqp) + " QPs)").c_str(), idle, 2048, idle / 2048);
