@@ -10,6 +10,7 @@
 //
 // The client decides the test parameters and sends them to the server.
 // Exit status: 0 when every run completed and verified, 1 otherwise.
+#include <charconv>
 #include <CLI/CLI.hpp>
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -69,6 +70,7 @@ struct Opts {
   uint32_t zero_copy_min = transport::EngineConfig{}.zero_copy_min;
   bool dcqcn = false;
   uint32_t dcqcn_line_rate_mbps = 0;  // 0: the config default
+  std::vector<std::string> dcqcn_params;  // KEY=N of [port.dcqcn_params]
   fault::Bottleneck bn;               // TX bottleneck of this node (fault injector)
   double bn_gbps = 0;
 };
@@ -852,8 +854,17 @@ engine::EmbedOptions embed_options(const Opts& o, const std::vector<std::string>
     config::DcqcnConfig d;
     d.enabled = true;
     if (o.dcqcn_line_rate_mbps) d.line_rate_mbps = o.dcqcn_line_rate_mbps;
+    for (const std::string& kv : o.dcqcn_params) {
+      const size_t eq = kv.find('=');
+      int64_t v = -1;
+      const char* end = kv.data() + kv.size();
+      if (eq == std::string::npos || std::from_chars(kv.data() + eq + 1, end, v).ptr != end)
+        throw std::runtime_error("--dcqcn-param: expected KEY=N, got '" + kv + "'");
+      const std::string err = config::set_dcqcn_key(d, std::string_view(kv).substr(0, eq), v);
+      if (!err.empty()) throw std::runtime_error("--dcqcn-param: " + err);
+    }
     const std::string err = config::check_dcqcn(d);
-    if (!err.empty()) throw std::runtime_error("--dcqcn-line-rate: " + err);
+    if (!err.empty()) throw std::runtime_error("--dcqcn-line-rate/--dcqcn-param: " + err);
     e.dcqcn = d;
   }
   return e;
@@ -1115,12 +1126,16 @@ int main(int argc, char** argv) {
   app.add_option("--fault-corrupt", o.f_corrupt, "fault injection: RX corrupt probability")->check(CLI::Range(0.0, 1.0));
   app.add_flag("--dcqcn", o.dcqcn, "DCQCN rate control on this node's QPs (NVIDIA's defaults)");
   app.add_option("--dcqcn-line-rate", o.dcqcn_line_rate_mbps, "DCQCN line rate (Mb/s): where a QP starts and recovers to");
+  app.add_option("--dcqcn-param", o.dcqcn_params,
+                 "DCQCN KEY=N, a key of [port.dcqcn_params] (config/README.md), repeatable");
   app.add_option("--bn-gbps", o.bn_gbps, "TX bottleneck: drain rate (Gb/s; 0: none)")->check(CLI::Range(0.0, 1600.0));
   app.add_option("--bn-kmin", o.bn.kmin_bytes, "TX bottleneck: RED Kmin (bytes)");
   app.add_option("--bn-kmax", o.bn.kmax_bytes, "TX bottleneck: RED Kmax (bytes)");
   app.add_option("--bn-pmax", o.bn.pmax, "TX bottleneck: RED Pmax")->check(CLI::Range(0.0, 1.0));
   app.add_option("--bn-limit", o.bn.limit_bytes, "TX bottleneck: tail drop past this many bytes queued");
   app.add_flag("!--bn-no-ecn", o.bn.ecn, "TX bottleneck: tail drop only, no ECN marking");
+  app.add_flag("--bn-mark-dequeue", o.bn.mark_dequeue,
+               "TX bottleneck: RED on the queue a frame leaves behind (marking on departure), not the one it finds");
   app.footer("EAL arguments after --. Exit status 0 when every run completed with its data verified.");
   std::vector<std::string> eal;
   if (const auto rc = engine::parse_node_command_line(app, argc, argv, eal)) return *rc;

@@ -268,6 +268,7 @@ void read_bottleneck(Reader& r, fault::Bottleneck& b) {
   r.probability_into("pmax", b.pmax);
   r.integer_into("limit_bytes", b.limit_bytes, 64, 1ll << 32);
   r.boolean_into("ecn", b.ecn);
+  r.boolean_into("mark_dequeue", b.mark_dequeue);
   if (!b.active()) fail(r.src(), r.path(), "a bottleneck needs a drain rate (rate_gbps or rate_pps)");
   if (b.kmin_bytes >= b.kmax_bytes)
     r.fail_key("kmin_bytes", std::to_string(b.kmin_bytes) + " is not below kmax_bytes (" + std::to_string(b.kmax_bytes) + ")");

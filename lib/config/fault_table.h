@@ -37,6 +37,7 @@ struct alignas(64) PortFaults {
   std::atomic<uint64_t> bn_rate_bps[2] = {}, bn_rate_pps[2] = {}, bn_kmin[2] = {}, bn_kmax[2] = {}, bn_limit[2] = {};
   std::atomic<uint32_t> bn_pmax[2] = {};  // threshold, as the probabilities
   std::atomic<bool> bn_ecn[2] = {};
+  std::atomic<bool> bn_mark_dequeue[2] = {};
   std::atomic<uint64_t> seed{1};
   std::atomic<uint64_t> generation{0};
 
@@ -72,6 +73,7 @@ struct alignas(64) PortFaults {
     bn_limit[i].store(b.limit_bytes, std::memory_order_relaxed);
     bn_pmax[i].store(fault_threshold(b.pmax), std::memory_order_relaxed);
     bn_ecn[i].store(b.ecn, std::memory_order_relaxed);
+    bn_mark_dequeue[i].store(b.mark_dequeue, std::memory_order_relaxed);
   }
   fault::Bottleneck bottleneck(FaultDir d) const noexcept {
     const size_t i = static_cast<size_t>(d);
@@ -83,6 +85,7 @@ struct alignas(64) PortFaults {
     b.limit_bytes = bn_limit[i].load(std::memory_order_relaxed);
     b.pmax = fault_probability(bn_pmax[i].load(std::memory_order_relaxed));
     b.ecn = bn_ecn[i].load(std::memory_order_relaxed);
+    b.mark_dequeue = bn_mark_dequeue[i].load(std::memory_order_relaxed);
     return b;
   }
   void publish() noexcept { generation.fetch_add(1, std::memory_order_release); }

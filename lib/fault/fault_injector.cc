@@ -78,10 +78,16 @@ uint16_t FaultInjector::bn_pass(io::PacketIo* io, io::PktBuf** out, uint16_t nou
     if (bn_max_q_ != max_before) count_bn(2, bn_max_q_, true);
     nout = 0;
   }
-  // Departures (all at once when the mode was switched off meanwhile).
+  // Departures (all at once when the mode was switched off meanwhile). Marking
+  // on departure judges the queue behind the frame when it left.
   while (bn_tail_ != bn_head_ && nout < cap) {
     const BnFrame& f = bn_q_[bn_tail_ & (kBnFrames - 1)];
     if (bn_on_ && f.depart > now) break;
+    if (bn_on_ && bn_.mark_dequeue &&
+        bottleneck_mark_dequeue(bn_, bn_drained_, f.depart, f.b->len,
+                                [this] { return next() * (1.0 / 4294967296.0); }) &&
+        mark_ce(f.b->data, f.b->len))
+      count_bn(1);
     out[nout++] = f.b;
     ++bn_tail_;
   }

@@ -514,7 +514,11 @@ TEST_CASE("[port.fault.tx.bottleneck]: the fault injector's bottleneck mode", "[
   CHECK(f.tx.bottleneck.pmax == 0.2);
   CHECK(f.tx.bottleneck.limit_bytes == 50000);
   CHECK_FALSE(f.tx.bottleneck.ecn);
+  CHECK_FALSE(f.tx.bottleneck.mark_dequeue);
   CHECK(f.tx.any());
+  CHECK(parse_config(kPort + "[port.fault.tx.bottleneck]\nrate_gbps = 1\nmark_dequeue = true\n")
+            .ports[0]
+            .fault.tx.bottleneck.mark_dequeue);
   CHECK(parse_config(kPort + "[port.fault.rx.bottleneck]\nrate_pps = 100000\n").ports[0].fault.rx.bottleneck.rate_pps ==
         100000);
   const std::string t = kPort + "[port.fault.tx.bottleneck]\n";

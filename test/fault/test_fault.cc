@@ -331,6 +331,41 @@ TEST_CASE("bottleneck mode: drained at its rate, RED marks between kmin and kmax
   CHECK(io.free_count() == 256);
 }
 
+TEST_CASE("bottleneck mode marking on departure: RED on the queue a frame leaves behind", "[fault][bottleneck]") {
+  PoolIo io(256);
+  ManualClock clk;
+  config::PortFaults pf;
+  fault::Bottleneck bn;
+  bn.rate_bps = 1'000'000'000;  // 200-byte frames: 1.6 us each
+  bn.kmin_bytes = 2'000;
+  bn.kmax_bytes = 8'000;
+  bn.pmax = 0;  // only past kmax: deterministic
+  bn.limit_bytes = 16'000;
+  bn.mark_dequeue = true;
+  pf.set_bottleneck(FaultDir::tx, bn);
+  pf.publish();
+  stats::CounterBlock<PortCounter> ctr;
+  FaultInjector f(pf, FaultDir::tx, 1, &ctr);
+  f.set_clock(&clk);
+  // 50 frames at once: none judged on arrival; frame i leaves at 1.6 (i + 1) us
+  // with (49 - i) x 200 bytes behind it: frames 0..9 leave >= 8000 (kmax) behind.
+  std::vector<io::PktBuf*> burst;
+  for (uint32_t i = 0; i < 50; ++i) burst.push_back(ip_frame(io, i, 200, true));
+  CHECK(f.apply(io, burst.data(), 50, 128) == 0);
+  CHECK(ctr.get(PortCounter::fault_tx_bn_mark) == 0);
+  io::PktBuf* out[128];
+  clk.t += 1'000'000;
+  const uint16_t k = f.release(out, 128);
+  REQUIRE(k == 50);
+  for (uint16_t i = 0; i < k; ++i) {
+    CHECK(tail_seq(out[i]) == i);
+    CHECK((out[i]->data[15] & 3) == (i < 10 ? 3 : wire::kEcnEct0));
+  }
+  CHECK(ctr.get(PortCounter::fault_tx_bn_mark) == 10);
+  io.free_burst(out, k);
+  CHECK(io.free_count() == 256);
+}
+
 TEST_CASE("bottleneck mode: Not-ECT frames are never marked, frames/s rate, switched off mid-queue", "[fault][bottleneck]") {
   PoolIo io(256);
   ManualClock clk;
