@@ -130,6 +130,23 @@ Crc32Impl g_impl = kCpuVpclmul ? Crc32Impl::Vpclmul : kCpuPclmul ? Crc32Impl::Pc
 inline bool use_vpclmul() noexcept { return g_impl == Crc32Impl::Vpclmul; }
 inline bool use_pclmul() noexcept { return g_impl != Crc32Impl::Table; }
 
+// Four lanes holding four consecutive blocks take the next 64 bytes at a time
+// (each folded forward by 512 bits), then fold into one accumulator. Leaves
+// p and n past the bytes consumed (n < 64 on return).
+DROCE_CLMUL inline __m128i fold_lanes(__m128i x1, __m128i x2, __m128i x3, __m128i x4, const uint8_t*& p,
+                                      size_t& n) noexcept {
+  const Consts c = consts();
+  while (n >= 64) {
+    x1 = fold(x1, c.k1k2, load(p));
+    x2 = fold(x2, c.k1k2, load(p + 16));
+    x3 = fold(x3, c.k1k2, load(p + 32));
+    x4 = fold(x4, c.k1k2, load(p + 48));
+    p += 64;
+    n -= 64;
+  }
+  return fold(fold(fold(x1, c.k3k4, x2), c.k3k4, x3), c.k3k4, x4);
+}
+
 // Folds whole 16-byte blocks (n % 16 == 0) into x; `started` is false while x
 // holds no block yet (then the first block takes the initial register `reg`).
 DROCE_CLMUL __m128i fold_blocks(__m128i x, bool started, uint32_t reg, const uint8_t* p, size_t n) noexcept {
@@ -149,20 +166,10 @@ DROCE_CLMUL __m128i fold_blocks(__m128i x, bool started, uint32_t reg, const uin
   p += 16;
   n -= 16;
   if (n >= 48) {
-    __m128i x2 = load(p), x3 = load(p + 16), x4 = load(p + 32);
+    const __m128i x2 = load(p), x3 = load(p + 16), x4 = load(p + 32);
     p += 48;
     n -= 48;
-    while (n >= 64) {
-      x1 = fold(x1, c.k1k2, load(p));
-      x2 = fold(x2, c.k1k2, load(p + 16));
-      x3 = fold(x3, c.k1k2, load(p + 32));
-      x4 = fold(x4, c.k1k2, load(p + 48));
-      p += 64;
-      n -= 64;
-    }
-    x1 = fold(x1, c.k3k4, x2);
-    x1 = fold(x1, c.k3k4, x3);
-    x1 = fold(x1, c.k3k4, x4);
+    x1 = fold_lanes(x1, x2, x3, x4, p, n);
   }
   while (n >= 16) {
     x1 = fold(x1, c.k3k4, load(p));
@@ -293,18 +300,10 @@ DROCE_CLMUL uint32_t icrc_ipv4_whole(const uint8_t* l3, size_t n) noexcept {
   size_t rem = n - 40;
   __m128i x;
   if (rem >= 16) {
-    __m128i x1 = b.b0, x2 = b.b1, x3 = b.b2, x4 = load(p);
+    const __m128i x4 = load(p);
     p += 16;
     rem -= 16;
-    while (rem >= 64) {
-      x1 = fold(x1, c.k1k2, load(p));
-      x2 = fold(x2, c.k1k2, load(p + 16));
-      x3 = fold(x3, c.k1k2, load(p + 32));
-      x4 = fold(x4, c.k1k2, load(p + 48));
-      p += 64;
-      rem -= 64;
-    }
-    x = fold(fold(fold(x1, c.k3k4, x2), c.k3k4, x3), c.k3k4, x4);
+    x = fold_lanes(b.b0, b.b1, b.b2, x4, p, rem);
   } else {
     x = fold(fold(b.b0, c.k3k4, b.b1), c.k3k4, b.b2);
   }

@@ -14,19 +14,9 @@
 #   perf_bottleneck.sh PATH/TO/droce-perf
 set -uo pipefail
 perf=$1
-ns=droce-bn-$$
-sock=/tmp/droce-perf-bn-$$.sock
-tmp=$(mktemp -d)
-spid=
-cleanup() {
-  if [ -n "$spid" ]; then kill "$spid" 2>/dev/null; wait "$spid" 2>/dev/null; fi
-  ip netns del "$ns" 2>/dev/null || true
-  rm -rf "$tmp" "$sock"
-}
-trap cleanup EXIT INT TERM
-if ! ip netns add "$ns" 2>/dev/null; then echo "SKIP: cannot create network namespaces"; exit 77; fi
-ip -n "$ns" link set lo up
-EAL=(--in-memory --no-pci --log-level=lib.eal:error --log-level=pmd.net.memif:error)
+# shellcheck source=../lib/netns.sh
+source "$(dirname "$0")/../lib/netns.sh"
+droce_memif_ns droce-bn
 QPS=${QPS:-4}
 SECS=${SECS:-2}
 BN_GBPS=${BN_GBPS:-0.5}

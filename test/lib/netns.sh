@@ -46,3 +46,25 @@ droce_perf_run() {
     --ip 10.50.0.1 --queues "$q" --report_gbits -- --lcores=0@0 "${EAL[@]}" >"$out" 2>&1 || true
   wait "$sp" || true
 }
+
+# droce_memif_ns NAME: the setting of two processes joined by net_memif inside
+# a network namespace of their own (its loopback carries their TCP exchange).
+# Sets ns (NAME-PID, created, lo up), sock (a memif socket path), tmp (a
+# scratch folder), spid (empty: the caller's background server, killed at exit)
+# and EAL (the EAL options both processes take), and removes them all at exit.
+# Exits 77 (skip) when namespaces cannot be created.
+droce_memif_ns() {
+  ns=$1-$$
+  sock=/tmp/$1-$$.sock
+  tmp=$(mktemp -d)
+  spid=
+  trap droce_memif_cleanup EXIT INT TERM
+  if ! ip netns add "$ns" 2>/dev/null; then echo "SKIP: cannot create network namespaces"; exit 77; fi
+  ip -n "$ns" link set lo up
+  EAL=(--in-memory --no-pci --log-level=lib.eal:error --log-level=pmd.net.memif:error)
+}
+droce_memif_cleanup() {
+  if [ -n "$spid" ]; then kill "$spid" 2>/dev/null; wait "$spid" 2>/dev/null; fi
+  ip netns del "$ns" 2>/dev/null || true
+  rm -rf "$tmp" "$sock"
+}

@@ -8,6 +8,19 @@
 
 using namespace droce::wire;
 
+// One CRC-32 implementation selected for a test (each in turn, by GENERATE),
+// the CPU's best restored after; a CPU without it skips with a warning.
+struct ImplScope {
+  explicit ImplScope(Crc32Impl impl) : selected(crc32_select(impl)) {
+    if (!selected) WARN("this CPU cannot run CRC-32 implementation " << static_cast<int>(impl));
+  }
+  ~ImplScope() { crc32_select(best); }
+  ImplScope(const ImplScope&) = delete;
+  ImplScope& operator=(const ImplScope&) = delete;
+  Crc32Impl best = crc32_impl();
+  bool selected;
+};
+
 TEST_CASE("crc32: standard check value", "[wire][icrc]") {
   const char* s = "123456789";
   CHECK(crc32_update(0, reinterpret_cast<const uint8_t*>(s), 9) == 0xCBF43926u);
@@ -31,12 +44,8 @@ TEST_CASE("crc32: folded implementation equals zlib at every length and alignmen
 }
 
 TEST_CASE("crc32: a fold over pieces equals one pass, whatever the cuts", "[wire][icrc]") {
-  const Crc32Impl best = crc32_impl();
-  const auto impl = GENERATE(Crc32Impl::Table, Crc32Impl::Pclmul, Crc32Impl::Vpclmul);
-  if (!crc32_select(impl)) {
-    WARN("this CPU cannot run CRC-32 implementation " << static_cast<int>(impl));
-    return;
-  }
+  const ImplScope impl(GENERATE(Crc32Impl::Table, Crc32Impl::Pclmul, Crc32Impl::Vpclmul));
+  if (!impl.selected) return;
   INFO("implementation " << crc32_impl_name());
   std::mt19937 rng(777);
   std::vector<uint8_t> buf(5000);
@@ -57,7 +66,6 @@ TEST_CASE("crc32: a fold over pieces equals one pass, whatever the cuts", "[wire
     CHECK(~f.finish() == ref);
     CHECK(crc32_update(0, buf.data(), len) == ref);
   }
-  crc32_select(best);
 }
 
 // The ICRC by its definition (annex A17.3.3), byte by byte with zlib: 8 x 0xFF,
@@ -80,12 +88,8 @@ static uint32_t icrc_reference(const std::vector<uint8_t>& pkt, size_t ihl, bool
 }
 
 TEST_CASE("icrc: masked headers by the definition, IPv4 (with and without options) and IPv6", "[wire][icrc]") {
-  const Crc32Impl best = crc32_impl();
-  const auto impl = GENERATE(Crc32Impl::Table, Crc32Impl::Pclmul, Crc32Impl::Vpclmul);
-  if (!crc32_select(impl)) {
-    WARN("this CPU cannot run CRC-32 implementation " << static_cast<int>(impl));
-    return;
-  }
+  const ImplScope impl(GENERATE(Crc32Impl::Table, Crc32Impl::Pclmul, Crc32Impl::Vpclmul));
+  if (!impl.selected) return;
   INFO("implementation " << crc32_impl_name());
   // IPv4 without options at every length from the bare headers to past the
   // whole-packet path's limit (256 bytes after the BTH), and at every alignment
@@ -111,5 +115,4 @@ TEST_CASE("icrc: masked headers by the definition, IPv4 (with and without option
     INFO("trial " << trial << " ihl " << ihl << " ipv6 " << ipv6 << " len " << pkt.size());
     CHECK(icrc_compute({pkt.data(), pkt.size()}, ihl, ipv6) == icrc_reference(pkt, ihl, ipv6));
   }
-  crc32_select(best);
 }
