@@ -267,6 +267,18 @@ io::PktBuf* ip_frame(PoolIo& io, uint32_t seq, uint32_t len, bool ect) {
   std::memcpy(b->data + len - 4, &seq, 4);
   return b;
 }
+// The bottleneck of the bottleneck-mode tests: 1 Gb/s (a 200-byte frame every
+// 1.6 us), RED between 2000 and 8000 bytes up to pmax, tail drop at 16000.
+fault::Bottleneck tx_bottleneck(double pmax) {
+  fault::Bottleneck bn;
+  bn.rate_bps = 1'000'000'000;
+  bn.kmin_bytes = 2'000;
+  bn.kmax_bytes = 8'000;
+  bn.pmax = pmax;
+  bn.limit_bytes = 16'000;
+  return bn;
+}
+
 uint32_t tail_seq(const io::PktBuf* b) {
   uint32_t s;
   std::memcpy(&s, b->data + b->len - 4, 4);
@@ -278,12 +290,7 @@ TEST_CASE("bottleneck mode: drained at its rate, RED marks between kmin and kmax
   PoolIo io(256);
   ManualClock clk;
   config::PortFaults pf;
-  fault::Bottleneck bn;
-  bn.rate_bps = 1'000'000'000;  // 200-byte frames: 1.6 us each
-  bn.kmin_bytes = 2'000;
-  bn.kmax_bytes = 8'000;
-  bn.pmax = 0.5;
-  bn.limit_bytes = 16'000;
+  const fault::Bottleneck bn = tx_bottleneck(0.5);
   pf.set_bottleneck(FaultDir::tx, bn);
   pf.publish();
   stats::CounterBlock<PortCounter> ctr;
@@ -335,12 +342,7 @@ TEST_CASE("bottleneck mode marking on departure: RED on the queue a frame leaves
   PoolIo io(256);
   ManualClock clk;
   config::PortFaults pf;
-  fault::Bottleneck bn;
-  bn.rate_bps = 1'000'000'000;  // 200-byte frames: 1.6 us each
-  bn.kmin_bytes = 2'000;
-  bn.kmax_bytes = 8'000;
-  bn.pmax = 0;  // only past kmax: deterministic
-  bn.limit_bytes = 16'000;
+  fault::Bottleneck bn = tx_bottleneck(0);  // only past kmax: deterministic
   bn.mark_dequeue = true;
   pf.set_bottleneck(FaultDir::tx, bn);
   pf.publish();

@@ -314,15 +314,22 @@ Result run_random(uint64_t seed, int nqps, int wrs_per_qp, memlink::Faults fault
   return res;
 }
 
-}  // namespace
-
-TEST_CASE("random mixed WRs under 5% loss reordering duplication", "[random]") {
+// The link of the mixed runs: 5% loss, 5% reordering, 2% duplicates, 1%
+// corrupted frames, 1 us away.
+memlink::Faults mixed_faults() {
   memlink::Faults f;
   f.loss = 0.05;
   f.reorder = 0.05;
   f.duplicate = 0.02;
   f.corrupt = 0.01;
   f.delay_ns = 1000;
+  return f;
+}
+
+}  // namespace
+
+TEST_CASE("random mixed WRs under 5% loss reordering duplication", "[random]") {
+  const memlink::Faults f = mixed_faults();
   const uint64_t seed = seed_from_env(20261129);
   const Result r = run_random(seed, 12, 250, f, 7, true);
   CHECK(r.ok > 0);
@@ -333,12 +340,7 @@ TEST_CASE("random mixed WRs under 5% loss reordering duplication", "[random]") {
 // SACKs and every fallback under reordering and duplication; everything
 // completes in order with the data checked as in go-back-N.
 TEST_CASE("random mixed WRs under 5% loss reordering duplication with selective repeat", "[random][sr]") {
-  memlink::Faults f;
-  f.loss = 0.05;
-  f.reorder = 0.05;
-  f.duplicate = 0.02;
-  f.corrupt = 0.01;
-  f.delay_ns = 1000;
+  const memlink::Faults f = mixed_faults();
   const uint64_t seed = seed_from_env(20261202);
   uint64_t resent = 0;
   const Result r = run_random(seed, 12, 250, f, 7, true, /*sr=*/true, &resent);

@@ -117,19 +117,25 @@ TEST_CASE("memlink: seeded faults are counted and corruption fails ICRC", "[meml
   CHECK(receive(b2) == got);
 }
 
+// The bottleneck of the queue tests: 100-byte payloads make 158-byte frames,
+// and 1.264 Gb/s drains one per microsecond; Kmin 300 and Kmax 600 bytes with
+// Pmax 0, so only a queue past Kmax marks (deterministic); a 100 KB limit.
+static memlink::Bottleneck small_bottleneck() {
+  memlink::Bottleneck bn;
+  bn.rate_bps = 158ull * 8 * 1'000'000;
+  bn.kmin_bytes = 300;
+  bn.kmax_bytes = 600;
+  bn.pmax = 0;
+  bn.limit_bytes = 100'000;
+  return bn;
+}
+
 TEST_CASE("memlink: a bottleneck queue drains at its rate, marks above Kmax and drops past its limit", "[memlink]") {
-  // 100-byte payloads make 158-byte frames; 1.264 Gb/s drains one per microsecond.
-  constexpr uint64_t kRate = 158ull * 8 * 1'000'000;
   memlink::VirtualClock clock;
   memlink::Link link(clock, 1, 64, 2048);
   auto& a = link.add_port(mac(1));
   auto& b = link.add_port(mac(2));
-  memlink::Bottleneck bn;
-  bn.rate_bps = kRate;
-  bn.kmin_bytes = 300;
-  bn.kmax_bytes = 600;
-  bn.pmax = 0;  // only the queue past Kmax marks: deterministic
-  bn.limit_bytes = 100'000;
+  memlink::Bottleneck bn = small_bottleneck();
   b.set_bottleneck(bn);
   const uint64_t t0 = clock.now_ns();
   for (uint32_t i = 0; i < 10; ++i) send(a, 2, i);
@@ -163,17 +169,11 @@ TEST_CASE("memlink: a bottleneck queue drains at its rate, marks above Kmax and 
 }
 
 TEST_CASE("memlink: a bottleneck that marks on departure judges the queue a frame leaves behind", "[memlink]") {
-  constexpr uint64_t kRate = 158ull * 8 * 1'000'000;  // one 158-byte frame per microsecond
   memlink::VirtualClock clock;
   memlink::Link link(clock, 1, 64, 2048);
   auto& a = link.add_port(mac(1));
   auto& b = link.add_port(mac(2));
-  memlink::Bottleneck bn;
-  bn.rate_bps = kRate;
-  bn.kmin_bytes = 300;
-  bn.kmax_bytes = 600;
-  bn.pmax = 0;
-  bn.limit_bytes = 100'000;
+  memlink::Bottleneck bn = small_bottleneck();
   bn.mark_dequeue = true;
   b.set_bottleneck(bn);
   const uint64_t t0 = clock.now_ns();
