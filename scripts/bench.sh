@@ -28,7 +28,7 @@ fi
 for mtu in 1024 4096; do "$DROCE_ROOT/build/test/bench/bench_zero_copy" "${1:-3}" "$mtu"; done
 bash "$DROCE_ROOT/test/bench/bench_port.sh" "$DROCE_ROOT/build" "${DROCE_PORT_BENCH_SECONDS:-3}"
 for ptype in memif af_packet; do bash "$DROCE_ROOT/test/bench/bench_dataplane.sh" "$DROCE_ROOT/build" "${1:-3}" "$ptype"; done
-bash "$DROCE_ROOT/test/bench/bench_shim_engine.sh" "$DROCE_ROOT/build" "${1:-3}"
+for ptype in memif af_packet; do bash "$DROCE_ROOT/test/bench/bench_shim_engine.sh" "$DROCE_ROOT/build" "${1:-3}" "$ptype"; done
 bash "$DROCE_ROOT/test/bench/bench_nvmf.sh" "$DROCE_ROOT/build" "${1:-3}"
 # The curves (message rate and latency vs size, QP scaling) as PNGs in build/.
 /usr/bin/python3 "$DROCE_ROOT/scripts/plot_bench.py" "$DROCE_ROOT/build"

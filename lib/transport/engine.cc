@@ -210,8 +210,10 @@ int check_init(const verbs::QpInitAttr& init, const uint32_t* qpn) noexcept {
 Qp& Engine::install_qp(uint32_t n, const verbs::QpInitAttr& init) {
   qps_[n] = std::make_unique<Qp>(n, init);
   qps_[n]->mtu = verbs::mtu_bytes(cfg_.port_mtu);
-  qps_[n]->hdr.l2.src = io_.mac();
-  qps_[n]->hdr.l3.src = cfg_.gid;
+  wire::Headers h;  // the source addresses, until RTR builds the path (UD QPs keep them)
+  h.l2.src = io_.mac();
+  h.l3.src = cfg_.gid;
+  wire::make_template(qps_[n]->tx, h);
   live_qps_.push_back(qps_[n].get());
   return *qps_[n];
 }
@@ -295,8 +297,7 @@ const wire::Gid& Engine::source_gid(const wire::Gid& dst) const noexcept {
 }
 
 void Engine::build_template(Qp& q) noexcept {
-  wire::Headers& h = q.hdr;
-  h = wire::Headers{};
+  wire::Headers h;
   const verbs::Ah& ah = q.attr.ah_attr;
   h.l2.src = io_.mac();
   h.l2.dst = ah.dmac;
@@ -312,6 +313,7 @@ void Engine::build_template(Qp& q) noexcept {
   h.l4.sport = static_cast<uint16_t>(0xC000 | ((q.qpn * 0x9E37u ^ q.attr.dest_qp_num) & 0x3FFF));
   h.bth.dqpn = q.attr.dest_qp_num;
   h.bth.pkey = wire::kDefaultPkey;
+  wire::make_template(q.tx, h);
 }
 
 bool Engine::reserve_resp_resources(Qp& q, const verbs::QpAttr& attr, uint32_t mask) noexcept {
@@ -500,7 +502,7 @@ void Engine::resp_ready(Qp& q) noexcept {
   resp_q_[resp_head_++ & q_mask_] = &q;
 }
 
-uint8_t* Engine::begin_frame(const wire::Headers& h, uint32_t payload_len) noexcept {
+io::PktBuf* Engine::take_tx_buf(size_t frame_len) noexcept {
   if (tx_len_ >= kBurst) flush_tx();
   if (tx_len_ >= kBurst) {
     tx_blocked_ = true;
@@ -513,27 +515,46 @@ uint8_t* Engine::begin_frame(const wire::Headers& h, uint32_t payload_len) noexc
     return nullptr;
   }
   io::PktBuf* b = spare_[--spare_len_];
-  if (wire::frame_len(h, payload_len) > b->cap) {
+  if (frame_len > b->cap) {  // the whole frame must fit: the backend's copy fallback
     spare_[spare_len_++] = b;
     count(Ctr::TxNoBuf);
     return nullptr;
   }
+  return b;
+}
+
+uint8_t* Engine::begin_frame(const wire::Headers& h, uint32_t payload_len) noexcept {
+  const wire::FrameShape s = wire::frame_shape(h);
+  io::PktBuf* b = take_tx_buf(wire::frame_len(s, payload_len));
+  if (!b) return nullptr;
   const size_t hl = wire::build_headers({b->data, b->cap}, h, payload_len);
   cur_ = b;
+  cur_shape_ = s;
+  cur_plen_ = payload_len;
   return b->data + hl;
 }
 
-void Engine::end_frame(const wire::Headers& h, uint32_t payload_len) noexcept {
+uint8_t* Engine::begin_frame(const wire::TxTemplate& t, const wire::PacketFields& f, uint32_t payload_len) noexcept {
+  const wire::FrameShape s = wire::frame_shape(t, f.opcode);
+  io::PktBuf* b = take_tx_buf(wire::frame_len(s, payload_len));
+  if (!b) return nullptr;
+  const size_t hl = wire::build_headers({b->data, b->cap}, t, f, payload_len);
+  cur_ = b;
+  cur_shape_ = s;
+  cur_plen_ = payload_len;
+  return b->data + hl;
+}
+
+void Engine::end_frame() noexcept {
   io::PktBuf* b = cur_;
   cur_ = nullptr;
-  b->len = static_cast<uint32_t>(wire::finish_frame({b->data, b->cap}, h, payload_len));
+  b->len = static_cast<uint32_t>(wire::finish_frame({b->data, b->cap}, cur_shape_, cur_plen_));
   tx_[tx_len_++] = b;
   count(Ctr::TxFrames);
 }
 
-bool Engine::send_payload(const wire::Headers& h, const uint8_t* src, uint32_t len, void* dma) noexcept {
-  uint8_t* dst = begin_frame(h, len);  // checks the whole frame fits (the backend's copy fallback)
-  if (!dst) return false;
+void Engine::end_frame_with(uint8_t* dst, const uint8_t* src, void* dma) noexcept {
+  const uint32_t len = cur_plen_;
   if (dma && zero_copy_ && len >= cfg_.zero_copy_min) {
     io::PktBuf* b = cur_;
     cur_ = nullptr;
@@ -541,18 +562,17 @@ bool Engine::send_payload(const wire::Headers& h, const uint8_t* src, uint32_t l
     b->ext = src;
     b->ext_ref = dma;
     b->ext_len = len;
-    b->tail_len = static_cast<uint8_t>(wire::finish_frame_ext({b->data, b->len}, h, src, len, b->tail));
+    b->tail_len = static_cast<uint8_t>(wire::finish_frame_ext({b->data, b->len}, cur_shape_, src, len, b->tail));
     tx_[tx_len_++] = b;
     count(Ctr::TxFrames);
     count(Ctr::TxZeroCopy);
-    return true;
+    return;
   }
   if (len) {
     std::memcpy(dst, src, len);
     count(Ctr::TxCopied);
   }
-  end_frame(h, len);
-  return true;
+  end_frame();
 }
 
 void Engine::flush_tx() noexcept {
@@ -574,7 +594,7 @@ void Engine::set_cc(const EngineConfig& c) noexcept {
   cfg_.dcqcn = c.dcqcn;
   cfg_.dcqcn_params = c.dcqcn_params;
   for (Qp* q : live_qps_) {
-    q->hdr.l3.tos = static_cast<uint8_t>((q->hdr.l3.tos & ~wire::kEcnMask) | (cfg_.ecn ? wire::kEcnEct0 : 0));
+    if (q->type != verbs::QpType::UD) build_template(*q);  // the ECT marking of its data packets
     q->rp.reset(cfg_.dcqcn_params);
     if (!q->sq.empty()) req_ready(*q);  // a QP the pacer held goes again
   }
@@ -602,7 +622,7 @@ void Engine::send_cnp(Qp& q, const wire::PacketView& pkt) noexcept {
   h.bth.dqpn = q.type == verbs::QpType::UD ? pkt.h.ext.deth.sqpn : q.attr.dest_qp_num;
   h.bth.psn = 0;
   if (!begin_frame(h, 0)) return;
-  end_frame(h, 0);
+  end_frame();
   q.cnp_ever = true;
   q.last_cnp_ns = now_;
   ++q.ctr.cnp_sent;
@@ -745,7 +765,7 @@ void Engine::rx(io::PktBuf* b) noexcept {
   }
   // A connection takes packets only from its peer, to the address it uses
   // (rxe check_addr): a stranger's frames never reach its state machine.
-  if (q->type != verbs::QpType::UD && (pkt.h.l3.src != q->hdr.l3.dst || pkt.h.l3.dst != q->hdr.l3.src)) {
+  if (q->type != verbs::QpType::UD && (pkt.h.l3.src != q->tx.dst || pkt.h.l3.dst != q->tx.src)) {
     count(Ctr::RxBadSrcAddr);
     return;
   }

@@ -279,20 +279,23 @@ class Engine {
 
   // ---- used by requester/responder/completer (engine thread only) ----
   void count(Ctr c, uint64_t n = 1) noexcept { ctr_.v[static_cast<size_t>(c)] += n; }
-  // Starts a frame: writes the headers of h for a payload of payload_len bytes
-  // into a TX buffer and returns where the payload goes (nullptr: no buffer).
+  // Starts a frame for a payload of payload_len bytes: writes its headers into
+  // a TX buffer and returns where the payload goes (nullptr: no buffer). From
+  // whole headers (UD requests, CNPs), or from a connected QP's prebuilt
+  // template and this packet's fields (the fast path).
   uint8_t* begin_frame(const wire::Headers& h, uint32_t payload_len) noexcept;
-  // Writes pad + ICRC and queues the frame begun last for TX.
-  void end_frame(const wire::Headers& h, uint32_t payload_len) noexcept;
+  uint8_t* begin_frame(const wire::TxTemplate& t, const wire::PacketFields& f, uint32_t payload_len) noexcept;
+  // Writes pad + ICRC and queues the frame begun last for TX (its payload is in place).
+  void end_frame() noexcept;
+  // Ends the frame begun last (dst: what begin_frame returned) with its payload,
+  // the payload_len bytes at src (inside an MR; dma: its zero-copy handle or
+  // nullptr): by reference when the backend and the size allow, copied otherwise.
+  void end_frame_with(uint8_t* dst, const uint8_t* src, void* dma) noexcept;
   // Drops the frame begun last (its buffer goes back to the spares).
   void abort_frame() noexcept {
     spare_[spare_len_++] = cur_;
     cur_ = nullptr;
   }
-  // Queues a frame with headers h whose payload is len bytes at src (inside an
-  // MR; dma: its zero-copy handle or nullptr): by reference when the backend
-  // and the size allow, copied otherwise. False if no TX buffer (nothing queued).
-  bool send_payload(const wire::Headers& h, const uint8_t* src, uint32_t len, void* dma) noexcept;
   bool tx_room() const noexcept { return !tx_blocked_; }
   void req_ready(Qp& qp) noexcept;
   void resp_ready(Qp& qp) noexcept;
@@ -356,6 +359,9 @@ class Engine {
   io::PktBuf* tx_[kBurst]{};
   uint16_t tx_len_ = 0;
   io::PktBuf* cur_ = nullptr;  // frame between begin_frame and end_frame
+  wire::FrameShape cur_shape_;
+  uint32_t cur_plen_ = 0;
+  io::PktBuf* take_tx_buf(size_t frame_len) noexcept;
   bool tx_blocked_ = false;
   bool zero_copy_ = false;  // io_.zero_copy_tx() && zero_copy_min != 0
 

@@ -177,7 +177,9 @@ struct Qp : verbs::QpBase {
     SrResp resp;
   };
   std::unique_ptr<Sr> sr;
-  alignas(64) wire::Headers hdr;  // RC/UC: header template built at RTR
+  // RC/UC: the prebuilt header of every packet to the peer, built at RTR (and
+  // when ECN marking changes); UD: only the source MAC.
+  alignas(64) wire::TxTemplate tx;
   bool in_req_ready = false;
   bool in_resp_ready = false;
   uint64_t last_cnp_ns = 0;

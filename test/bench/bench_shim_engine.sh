@@ -1,20 +1,33 @@
 #!/usr/bin/env bash
-# The verbs shim's cost on the real dataplane, in one run, same port type
-# (net_af_packet on a veth pair in a namespace of its own), same lcores
-# (node A / server on CPU 1, node B / client on CPU 0):
+# The verbs shim's cost on the real dataplane, in one run, same port type,
+# same lcores.
+#   bench_shim_engine.sh BUILD_DIR [SECONDS] [af_packet|memif] [ROUNDS]
+#
+# af_packet (the default): two droced nodes on a veth pair in a namespace of
+# their own (node A / server on CPU 1, node B / client on CPU 0):
 #   shim:     Debian's perftest (ib_write_bw -s 64, ib_send_lat -s 64), a
 #             separate process per side, through the drop-in libibverbs.so.1
 #             and the shim rings into two droced nodes;
 #   embedded: the same workload through the embedding API in-process
 #             (droce-perf write_bw -s 64, send_lat -s 64: the application
 #             posts to the engine it polls itself).
-# Prints both and the ratio shim / embedded.
-#   bench_shim_engine.sh BUILD_DIR [SECONDS]
+#   The kernel moves every frame there and is the bottleneck (it hides the
+#   shim's cost); each program also shares its CPU with a droced loop.
+#
+# memif: the fast path, where the shim's own cost shows: bench_shim_memif.sh
+# (one droced on CPU 1, the programs on CPU 0; see there).
 set -uo pipefail
 build=$1
 secs=${2:-3}
+ptype=${3:-af_packet}
+rounds=${4:-3}
 here=$(cd "$(dirname "$0")" && pwd)
 perf=$build/app/droce-perf/droce-perf
+case "$ptype" in
+  af_packet) ;;
+  memif) exec bash "$here/bench_shim_memif.sh" "$build" "$secs" "$rounds" ;;
+  *) echo "port must be af_packet or memif" >&2; exit 2 ;;
+esac
 shim=$(DROCE_BENCH_SECS=$secs bash "$here/../engine/shim_pair.sh" "$build/app/droced/droced" \
   "$build/app/droce-ctl/droce-ctl" "$build/lib/shim/front" "$build/test/engine/shim_engine_check" bench 2>&1)
 line=$(grep '^SHIM_BENCH' <<<"$shim")
