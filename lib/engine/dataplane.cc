@@ -888,6 +888,7 @@ void apply_cc(const PortCc& cc, transport::EngineConfig& ec) noexcept {
   p.min_dec_fac_pct = d.min_dec_fac_pct;
   p.clamp_tgt_rate = d.clamp_tgt_rate != 0;
   p.stall_hold_ns = uint64_t{d.stall_hold_us} * 1000;
+  p.validate_rate = d.validate_rate != 0;
 }
 
 PortCc cc_of(const transport::EngineConfig& ec) noexcept {
@@ -915,6 +916,7 @@ PortCc cc_of(const transport::EngineConfig& ec) noexcept {
   d.min_dec_fac_pct = p.min_dec_fac_pct;
   d.clamp_tgt_rate = p.clamp_tgt_rate ? 1 : 0;
   d.stall_hold_us = u32(p.stall_hold_ns / 1000);
+  d.validate_rate = p.validate_rate ? 1 : 0;
   return cc;
 }
 

@@ -26,7 +26,7 @@ void ReactionPoint::reset(const Params& p) noexcept {
   t_ = bc_ = 0;
   bytes_ = 0;
   next_alpha_ns_ = next_timer_ns_ = last_dec_ns_ = next_send_ns_ = last_ns_ = 0;
-  active_ = cnp_alpha_ = cnp_pending_ = time_inc_ = false;
+  active_ = cnp_alpha_ = cnp_pending_ = time_inc_ = paced_ = false;
 }
 
 void ReactionPoint::on_cnp(uint64_t now) noexcept {
@@ -57,6 +57,7 @@ void ReactionPoint::decrease(uint64_t at) noexcept {
   t_ = bc_ = 0;
   bytes_ = 0;
   time_inc_ = false;
+  paced_ = false;
   cnp_pending_ = false;
   last_dec_ns_ = at;
   next_timer_ns_ = at + p_.time_reset_ns;
@@ -89,6 +90,20 @@ void ReactionPoint::set_rate(uint32_t kbps, uint64_t at) noexcept {
   if (active_ && next_send_ns_ > at && kbps != rc_)
     next_send_ns_ = at + (next_send_ns_ - at) * rc_ / kbps;
   rc_ = kbps;
+}
+
+// The time-reset timer fired (next_timer_ns_): an increase event of stage T,
+// unless validate_rate and the QP was not held at its rate since the last one.
+void ReactionPoint::timer_event() noexcept {
+  if (p_.validate_rate && !paced_) {
+    ++ctr_.unused;
+  } else {
+    increase_event(next_timer_ns_);
+    ++t_;
+    time_inc_ = true;
+  }
+  paced_ = false;
+  next_timer_ns_ += p_.time_reset_ns;
 }
 
 void ReactionPoint::update_alpha() noexcept {
@@ -128,19 +143,13 @@ void ReactionPoint::advance(uint64_t now) noexcept {
     } else if (at == dec_at) {
       decrease(dec_at);
     } else {
-      increase_event(next_timer_ns_);
-      ++t_;
-      time_inc_ = true;
-      next_timer_ns_ += p_.time_reset_ns;
+      timer_event();
     }
   }
   if (active_) {  // a long idle time: the timer's recovery, bounded, then skip to now
     next_alpha_ns_ = std::max(next_alpha_ns_, now);
     for (uint32_t steps = 0; active_ && next_timer_ns_ <= now && steps < kMaxSteps; ++steps) {
-      increase_event(next_timer_ns_);
-      ++t_;
-      time_inc_ = true;
-      next_timer_ns_ += p_.time_reset_ns;
+      timer_event();
     }
     if (next_timer_ns_ <= now) next_timer_ns_ = now + p_.time_reset_ns;
     if (cnp_pending_ && last_dec_ns_ + p_.rate_reduce_monitor_period_ns <= now) decrease(now);

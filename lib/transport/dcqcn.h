@@ -43,6 +43,11 @@ struct Params {
   // clocks resume where they stopped instead of running the gap's timer
   // increases and alpha decay at once. 0: off (every gap counts).
   uint64_t stall_hold_ns = 0;
+  // The timer raises the rate only when the pacer held the QP back since the
+  // last increase or decrease (on_paced): a QP sending below its rate (short
+  // of CPU or of work) does not gain rate it is not using, as TCP's window
+  // validation does not grow an unused window. false: NVIDIA's (always).
+  bool validate_rate = false;
 };
 
 // The DCQCN paper's timescales (Zhu et al. 2015): alpha updated every 55 us
@@ -76,6 +81,7 @@ struct Counters {
   uint64_t increases = 0;   // increase events (any stage)
   uint64_t hyper = 0;       // of which hyper increases
   uint64_t stalls = 0;      // gaps past stall_hold_ns held (not counted as time)
+  uint64_t unused = 0;      // timer increases skipped: the QP was not held at its rate (validate_rate)
 };
 
 class ReactionPoint {
@@ -91,6 +97,8 @@ class ReactionPoint {
   // Runs the periodic alpha update, the pending decrease and the timer's
   // increase events due by `now`. Cheap when nothing is due.
   void advance(uint64_t now) noexcept;
+  // The pacer held the QP back (its next send time had not come).
+  void on_paced() noexcept { paced_ = true; }
 
   // Earliest time the next packet may leave at the current rate (0: now); a
   // QP that is not limited is never held.
@@ -111,6 +119,7 @@ class ReactionPoint {
   void set_rate(uint32_t kbps, uint64_t at) noexcept;
   void update_alpha() noexcept;
   void hold_stall(uint64_t now) noexcept;
+  void timer_event() noexcept;
 
   Params p_{};
   Counters ctr_{};
@@ -124,7 +133,8 @@ class ReactionPoint {
   bool active_ = false;        // rate limiting in force
   bool cnp_alpha_ = false;     // a CNP since the last alpha update
   bool cnp_pending_ = false;   // a CNP inside the monitor period, not yet acted on
-  bool time_inc_ = false;      // the timer raised the rate since the last decrease
+  bool time_inc_ = false;
+  bool paced_ = false;         // the pacer held the QP since the last rate change (validate_rate)      // the timer raised the rate since the last decrease
 };
 
 }  // namespace droce::transport::dcqcn

@@ -275,6 +275,7 @@ bool requester_run(Engine& e, Qp& q, uint32_t budget) noexcept {
           q.rp.advance(e.now());
           if (e.now() < q.rp.next_send_ns()) {
             ++q.ctr.paced;
+            q.rp.on_paced();
             st = ReqSt::Yield;
             break;
           }

@@ -322,6 +322,32 @@ TEST_CASE("dcqcn: stall_hold_ns: a gap past it between calls is not time; a shor
   CHECK_FALSE(counted.limited());
 }
 
+TEST_CASE("dcqcn: validate_rate: the timer raises only a rate the pacer held the QP to") {
+  Params p = small(100'000);
+  p.validate_rate = true;
+  ReactionPoint rp(p);
+  rp.on_cnp(0);  // 50098; the timer is due at 300, 600, 900 us
+  REQUIRE(rp.current_kbps() == 50'098);
+  rp.advance(300'000);  // not held since the decrease: no increase
+  CHECK(rp.counters().increases == 0);
+  CHECK(rp.counters().unused == 1);
+  CHECK(rp.current_kbps() == 50'098);
+  rp.on_paced();
+  rp.advance(600'000);  // held: fast recovery halfway to 100000, rounded up
+  CHECK(rp.counters().increases == 1);
+  CHECK(rp.current_kbps() == 75'049);
+  rp.advance(900'000);  // each increase needs its own hold
+  CHECK(rp.counters().increases == 1);
+  CHECK(rp.counters().unused == 2);
+
+  ReactionPoint always(small(100'000));  // the default: every timer event counts
+  always.on_cnp(0);
+  always.advance(300'000);
+  CHECK(always.counters().increases == 1);
+  CHECK(always.counters().unused == 0);
+  CHECK(always.current_kbps() == 75'049);
+}
+
 TEST_CASE("dcqcn: CNPs slow a marked RC sender end to end; without DCQCN they are only counted") {
   const Run off = marked_write(false);
   const Run on = marked_write(true);
