@@ -706,6 +706,8 @@ const std::vector<DcqcnKey>& dcqcn_keys() {
       {"hai_rate_mbps", &D::hai_rate_mbps, 1, kMaxMbps, "hyper increase (Mb/s)"},
       {"min_rate_mbps", &D::min_rate_mbps, 1, kMaxMbps, "the lowest rate a decrease leaves (Mb/s)"},
       {"min_dec_fac_pct", &D::min_dec_fac_pct, 1, 100, "one decrease cuts at most this share of the rate (%)"},
+      {"stall_hold_us", &D::stall_hold_us, 0, kMaxUs,
+       "a gap past this between a QP's updates (the poll loop descheduled) does not count as time (us; 0: off)"},
       {"clamp_tgt_rate", &D::clamp_tgt_rate, 0, 1,
        "1: every decrease sets the target rate to the current one (0: only after a timer increase)"},
       {"min_time_between_cnps_us", &D::min_time_between_cnps_us, 0, kMaxUs, "at most one CNP per QP per period (us)"},

@@ -887,6 +887,7 @@ void apply_cc(const PortCc& cc, transport::EngineConfig& ec) noexcept {
   p.threshold = d.threshold;
   p.min_dec_fac_pct = d.min_dec_fac_pct;
   p.clamp_tgt_rate = d.clamp_tgt_rate != 0;
+  p.stall_hold_ns = uint64_t{d.stall_hold_us} * 1000;
 }
 
 PortCc cc_of(const transport::EngineConfig& ec) noexcept {
@@ -913,6 +914,7 @@ PortCc cc_of(const transport::EngineConfig& ec) noexcept {
   d.threshold = p.threshold;
   d.min_dec_fac_pct = p.min_dec_fac_pct;
   d.clamp_tgt_rate = p.clamp_tgt_rate ? 1 : 0;
+  d.stall_hold_us = u32(p.stall_hold_ns / 1000);
   return cc;
 }
 
