@@ -140,7 +140,11 @@ Engine::Engine(const EngineConfig& cfg, io::PacketIo& io, const io::Clock& clock
   req_q_.reset(new Qp*[qcap]);
   resp_q_.reset(new Qp*[qcap]);
   now_ = clock_.now_ns();
-  last_timer_scan_ = now_;
+  last_timer_sweep_ = now_;
+  wheel_.reset(new Qp*[kWheelSlots]());
+  tick_shift_ = 6;  // ticks of 64 ns at least
+  while (tick_shift_ < 40 && (uint64_t{2} << tick_shift_) <= cfg_.timer_scan_ns) ++tick_shift_;
+  wheel_tick_ = (now_ >> tick_shift_) + 1;
   zero_copy_ = cfg_.zero_copy_min != 0 && io_.zero_copy_tx();
 }
 
@@ -275,6 +279,7 @@ int Engine::destroy_qp(uint32_t qpn) {
   };
   purge(req_q_, req_head_, req_tail_);
   purge(resp_q_, resp_head_, resp_tail_);
+  timer_unlink(*q);
   for (size_t i = 0; i < live_qps_.size(); ++i)
     if (live_qps_[i] == q) {
       live_qps_[i] = live_qps_.back();
@@ -783,9 +788,73 @@ void Engine::rx(io::PktBuf* b) noexcept {
   }
 }
 
+void Engine::timer_link(Qp& q, uint64_t at) noexcept {
+  uint64_t t = at >> tick_shift_;
+  if (t < wheel_tick_) t = wheel_tick_;  // already due: the next slot processed
+  const auto slot = static_cast<uint32_t>(t & (kWheelSlots - 1));
+  q.tw_on = true;
+  q.tw_at = at;
+  q.tw_slot = slot;
+  q.tw_prev = nullptr;
+  q.tw_next = wheel_[slot];
+  if (q.tw_next) q.tw_next->tw_prev = &q;
+  wheel_[slot] = &q;
+}
+
+void Engine::timer_unlink(Qp& q) noexcept {
+  if (!q.tw_on) return;
+  if (q.tw_prev) {
+    q.tw_prev->tw_next = q.tw_next;
+  } else {
+    wheel_[q.tw_slot] = q.tw_next;
+  }
+  if (q.tw_next) q.tw_next->tw_prev = q.tw_prev;
+  q.tw_on = false;
+  q.tw_prev = q.tw_next = nullptr;
+}
+
+void Engine::timer_arm(Qp& q) noexcept {
+  uint64_t at = UINT64_MAX;
+  if (q.comp.rnr_wait) at = q.comp.rnr_until;
+  if (q.comp.deadline && q.comp.deadline < at) at = q.comp.deadline;
+  if (at == UINT64_MAX) return;  // nothing armed: a stale entry leaves when its slot comes
+  if (q.tw_on) {
+    if (q.tw_at <= at) return;  // due earlier: it finds the later time then
+    timer_unlink(q);
+  }
+  timer_link(q, at);
+}
+
+void Engine::fire_slot(uint32_t slot) noexcept {
+  Qp* q = wheel_[slot];
+  wheel_[slot] = nullptr;
+  for (uint32_t guard = 0; q && guard < cfg_.max_qps + 1; ++guard) {
+    Qp* next = q->tw_next;
+    q->tw_on = false;
+    q->tw_prev = q->tw_next = nullptr;
+    if (q->tw_at > now_) {
+      timer_link(*q, q->tw_at);  // due on a later turn of the wheel
+    } else {
+      if (q->type == verbs::QpType::RC && q->rts_like()) completer_timer(*this, *q, now_);
+      timer_arm(*q);  // its next time, if a timer is still armed
+    }
+    q = next;
+  }
+}
+
 void Engine::run_timers() noexcept {
-  // A bounded slice of the QPs per scan, round robin: O(batch) per poll however many QPs.
-  last_timer_scan_ = now_;
+  // The wheel: every slot whose tick has come, each at most once per call.
+  const uint64_t now_tick = now_ >> tick_shift_;
+  if (now_tick >= wheel_tick_ + kWheelSlots) wheel_tick_ = now_tick + 1 - kWheelSlots;
+  while (wheel_tick_ <= now_tick) {
+    const auto slot = static_cast<uint32_t>(wheel_tick_ & (kWheelSlots - 1));
+    ++wheel_tick_;
+    fire_slot(slot);
+  }
+  // The backstop sweep: a bounded slice of the QPs, round robin (a timer armed
+  // where nothing called timer_arm, a requester left with work and no event).
+  if (now_ - last_timer_sweep_ < cfg_.timer_sweep_ns) return;
+  last_timer_sweep_ = now_;
   const size_t n = live_qps_.size();
   const size_t batch = cfg_.timer_scan_batch < n ? cfg_.timer_scan_batch : n;
   for (size_t k = 0; k < batch; ++k) {
@@ -793,6 +862,7 @@ void Engine::run_timers() noexcept {
     Qp* q = live_qps_[timer_cursor_++];
     if (q->type != verbs::QpType::RC || !q->rts_like()) continue;
     completer_timer(*this, *q, now_);
+    timer_arm(*q);
   }
 }
 
@@ -826,7 +896,7 @@ uint32_t Engine::poll(uint64_t now_ns) noexcept {
   if (n) io_.free_burst(rx_bufs, n);
   work += n;
   // 2. Timers, by elapsed time.
-  if (now_ - last_timer_scan_ >= cfg_.timer_scan_ns) run_timers();
+  if ((now_ >> tick_shift_) >= wheel_tick_) run_timers();
   // 3. Responder output (read responses, ACK/NAK) before new requests.
   for (uint32_t k = resp_head_ - resp_tail_; k > 0 && !tx_blocked_; --k) {
     Qp* q = resp_q_[resp_tail_++ & q_mask_];

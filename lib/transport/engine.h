@@ -154,8 +154,13 @@ struct EngineConfig {
   // answers them with SACKs. Toward any other peer nothing changes on the wire.
   bool selective_repeat = false;
   std::vector<wire::Gid> sr_peers;
-  uint64_t timer_scan_ns = 2'000;     // how often timers are looked at
-  uint32_t timer_scan_batch = 64;     // QPs looked at per scan (round robin), bounding the cost of a poll
+  // Timers (ACK timeout, RNR wait) sit on a wheel of 32768 slots whose tick is
+  // the power of two at or below timer_scan_ns: a poll visits only the QPs whose
+  // timer is due, each within one tick of its time. A backstop sweep also looks
+  // at timer_scan_batch QPs (round robin) every timer_sweep_ns.
+  uint64_t timer_scan_ns = 2'000;
+  uint32_t timer_scan_batch = 64;
+  uint64_t timer_sweep_ns = 1'000'000;
   // Zero-copy TX: payloads of at least this many bytes from an MR with a
   // zero-copy handle (MrTable::set_dma) go by reference when the backend can
   // (PacketIo::zero_copy_tx); smaller ones are copied. 0: always copy.
@@ -298,6 +303,10 @@ class Engine {
   }
   bool tx_room() const noexcept { return !tx_blocked_; }
   void req_ready(Qp& qp) noexcept;
+  // The QP's ACK or RNR timer was set (comp.deadline, comp.rnr_until): puts it on
+  // the wheel for that time unless it is already on it for an earlier one (an
+  // entry due early finds the later time and goes back on). O(1).
+  void timer_arm(Qp& qp) noexcept;
   void resp_ready(Qp& qp) noexcept;
   // keep_responses: responses already owed (READ/atomic before a NAK) still go out, then the NAK.
   void qp_to_error(Qp& qp, bool keep_responses = false) noexcept;
@@ -318,6 +327,9 @@ class Engine {
   uint32_t* group_qpns(size_t g) noexcept { return &mcast_qpns_[g * cfg_.max_mcast_qps_per_group]; }
   Qp& install_qp(uint32_t n, const verbs::QpInitAttr& init);
   void run_timers() noexcept;
+  void fire_slot(uint32_t slot) noexcept;
+  void timer_link(Qp& qp, uint64_t at) noexcept;
+  void timer_unlink(Qp& qp) noexcept;
   void flush_tx() noexcept;
   void flush_queues(Qp& qp, bool send_only = false) noexcept;
   void build_template(Qp& qp) noexcept;
@@ -332,8 +344,12 @@ class Engine {
   io::PacketIo& io_;
   const io::Clock& clock_;
   uint64_t now_ = 0;
-  uint64_t last_timer_scan_ = 0;
+  uint64_t last_timer_sweep_ = 0;
   size_t timer_cursor_ = 0;
+  static constexpr uint32_t kWheelSlots = 1u << 15;
+  std::unique_ptr<Qp*[]> wheel_;  // slot heads (doubly linked through Qp::tw_prev/tw_next)
+  uint32_t tick_shift_ = 0;       // a tick is 1 << tick_shift_ ns
+  uint64_t wheel_tick_ = 0;       // the next tick whose slot is processed
 
   std::unique_ptr<uint8_t[]> mr_mem_owned_;
   std::unique_ptr<verbs::MrTable> mrs_;

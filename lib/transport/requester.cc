@@ -371,6 +371,7 @@ bool requester_run(Engine& e, Qp& q, uint32_t budget) noexcept {
         if (q.type == QpType::RC && q.comp.deadline == 0) {
           const uint64_t to = verbs::ack_timeout_ns(q.attr.timeout);
           if (to) q.comp.deadline = e.now() + to;
+          e.timer_arm(q);
         }
         if (last) {
           ++q.req.idx;
@@ -425,6 +426,7 @@ void requester_rewind(Engine& e, Qp& q, uint32_t psn) noexcept {
   if (q.sr) q.sr->req.episode = q.sr->req.pending = false;  // go-back-N resends everything from psn
   const uint64_t to = verbs::ack_timeout_ns(q.attr.timeout);
   q.comp.deadline = to ? e.now() + to : 0;
+  e.timer_arm(q);
   e.req_ready(q);
 }
 
