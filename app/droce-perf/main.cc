@@ -73,6 +73,8 @@ struct Opts {
   std::vector<std::string> dcqcn_params;  // KEY=N of [port.dcqcn_params]
   fault::Bottleneck bn;               // TX bottleneck of this node (fault injector)
   double bn_gbps = 0;
+  double sample_us = 0;    // > 0: sample the bottleneck and each QP's reaction point this often (bw tests)
+  std::string sample_csv;  // ... into this CSV file (client side)
 };
 
 // ---------------------------------------------------------------- data pattern
@@ -380,6 +382,69 @@ struct Result {
 };
 
 // ---------------------------------------------------------------- client runs
+// --sample-us: every period the TX bottleneck's queue and each QP's reaction
+// point (rate, target, alpha, CNPs, decreases, increases) and bytes sent, read
+// on the polling thread between polls into rows reserved up front (no
+// allocation while the run lasts), written out as CSV when it ends.
+struct Sampler {
+  struct Row {
+    double t_us;
+    uint32_t qp;
+    uint32_t rate_kbps, target_kbps, alpha;
+    uint64_t cnps, decreases, increases, tx_bytes, retransmits, paced;
+    uint64_t queue_bytes, drops, marks;
+  };
+  uint64_t period_tsc = 0, next_tsc = 0;
+  std::vector<Row> rows;
+  std::string path;
+  bool on() const noexcept { return period_tsc != 0; }
+  void sample(Side& s, uint64_t now, uint64_t t0, uint64_t hz) {
+    if (now < next_tsc || rows.size() + s.q.size() > rows.capacity()) return;
+    next_tsc = now + period_tsc;
+    engine::Dataplane& dp = s.node->dataplane();
+    auto& pc = dp.port_counters(0);
+    const uint64_t drops = pc.sum(stats::PortCounter::fault_tx_bn_drop);
+    const uint64_t marks = pc.sum(stats::PortCounter::fault_tx_bn_mark);
+    for (size_t qi = 0; qi < s.q.size(); ++qi) {
+      const engine::QpHandle& h = s.q[qi].h;
+      engine::CoreLoop& c = dp.core(h.core);
+      const transport::Qp* q = c.engine(0)->qp(h.qpn);
+      if (q == nullptr) continue;
+      Row r{};
+      r.t_us = static_cast<double>(now - t0) * 1e6 / static_cast<double>(hz);
+      r.qp = static_cast<uint32_t>(qi);
+      r.rate_kbps = q->rp.limited() ? q->rp.current_kbps() : 0;
+      r.target_kbps = q->rp.target_kbps();
+      r.alpha = q->rp.alpha();
+      r.cnps = q->rp.counters().cnps;
+      r.decreases = q->rp.counters().decreases;
+      r.increases = q->rp.counters().increases;
+      r.tx_bytes = q->ctr.tx_bytes;
+      r.retransmits = q->ctr.retransmits;
+      r.paced = q->ctr.paced;
+      r.queue_bytes = c.slots().empty() ? 0 : c.slots()[0].demux->tx_bottleneck_queue_bytes();
+      r.drops = drops;
+      r.marks = marks;
+      rows.push_back(r);
+    }
+  }
+  void write() const {
+    if (!on()) return;
+    FILE* f = std::fopen(path.c_str(), "w");
+    if (f == nullptr) throw std::runtime_error("--sample-csv: cannot write " + path);
+    std::fprintf(f, "t_us,qp,rate_mbps,target_mbps,alpha,cnps,decreases,increases,tx_bytes,retransmits,paced,queue_bytes,drops,marks\n");
+    for (const Row& r : rows)
+      std::fprintf(f, "%.1f,%u,%.3f,%.3f,%u,%lu,%lu,%lu,%lu,%lu,%lu,%lu,%lu,%lu\n", r.t_us, r.qp, r.rate_kbps / 1e3,
+                   r.target_kbps / 1e3, r.alpha, static_cast<unsigned long>(r.cnps),
+                   static_cast<unsigned long>(r.decreases), static_cast<unsigned long>(r.increases),
+                   static_cast<unsigned long>(r.tx_bytes), static_cast<unsigned long>(r.retransmits),
+                   static_cast<unsigned long>(r.paced), static_cast<unsigned long>(r.queue_bytes),
+                   static_cast<unsigned long>(r.drops), static_cast<unsigned long>(r.marks));
+    std::fclose(f);
+  }
+};
+Sampler g_sampler;
+
 Result run_bw(Side& s, const Params& p, uint32_t size, uint64_t iters, double duration, std::vector<uint64_t>& count) {
   engine::Embedded& n = *s.node;
   Result r;
@@ -418,6 +483,7 @@ Result run_bw(Side& s, const Params& p, uint32_t size, uint64_t iters, double du
     }
     if (all_done) break;
     n.poll();
+    if (g_sampler.on()) g_sampler.sample(s, now, t0, hz);
     for (size_t qi = 0; qi < s.q.size(); ++qi) {
       wcs.clear();
       poll_wcs(n, s.q[qi].h.scq, wcs);
@@ -850,9 +916,11 @@ engine::EmbedOptions embed_options(const Opts& o, const std::vector<std::string>
   e.engine.timer_scan_ns = 20'000;
   e.engine.max_inflight_pkts = o.window;
   e.engine.zero_copy_min = o.zero_copy_min;
-  if (o.dcqcn) {
+  // --dcqcn-param without --dcqcn sets the notification point's keys (the CNP
+  // interval, DSCP, priority) of a receiver whose reaction point stays off.
+  if (o.dcqcn || !o.dcqcn_params.empty()) {
     config::DcqcnConfig d;
-    d.enabled = true;
+    d.enabled = o.dcqcn;
     if (o.dcqcn_line_rate_mbps) d.line_rate_mbps = o.dcqcn_line_rate_mbps;
     for (const std::string& kv : o.dcqcn_params) {
       const size_t eq = kv.find('=');
@@ -970,6 +1038,13 @@ int run_client(const Opts& o, engine::Embedded& node) {
               p.depth, o.duration > 0 ? ("duration " + std::to_string(o.duration) + " s").c_str()
                                       : ("iterations " + std::to_string(o.iters)).c_str());
   if (p.lat) print_lat_header(); else print_bw_header(o.gbits);
+  if (o.sample_us > 0 && !p.lat) {
+    if (o.sample_csv.empty()) throw std::runtime_error("--sample-us wants --sample-csv FILE");
+    g_sampler.period_tsc = std::max<uint64_t>(1, static_cast<uint64_t>(o.sample_us * 1e-6 * rte_get_tsc_hz()));
+    g_sampler.path = o.sample_csv;
+    const double secs = o.duration > 0 ? o.duration + 1 : 10;
+    g_sampler.rows.reserve(static_cast<size_t>(secs * 1e6 / o.sample_us + 1) * s.q.size());
+  }
   bool all_ok = true;
   for (uint32_t size : sizes_of(o, p)) {
     Msg st;
@@ -982,6 +1057,7 @@ int run_client(const Opts& o, engine::Embedded& node) {
     std::vector<uint64_t> count(s.q.size(), 0);
     Result r = p.lat ? run_lat(s, p, size, o.iters) : run_bw(s, p, size, o.iters, o.duration, count);
     if (p.lat) count[0] = r.msgs;
+    g_sampler.write();
     // Let the last ACKs / pongs settle before the server checks its memory.
     for (int i = 0; i < 2000; ++i) node.poll();
     Msg done;
@@ -1127,13 +1203,18 @@ int main(int argc, char** argv) {
   app.add_flag("--dcqcn", o.dcqcn, "DCQCN rate control on this node's QPs (NVIDIA's defaults)");
   app.add_option("--dcqcn-line-rate", o.dcqcn_line_rate_mbps, "DCQCN line rate (Mb/s): where a QP starts and recovers to");
   app.add_option("--dcqcn-param", o.dcqcn_params,
-                 "DCQCN KEY=N, a key of [port.dcqcn_params] (config/README.md), repeatable");
+                 "DCQCN KEY=N, a key of [port.dcqcn_params] (config/README.md), repeatable; without --dcqcn "
+                 "the notification point's keys (min_time_between_cnps_us ...) still apply");
   app.add_option("--bn-gbps", o.bn_gbps, "TX bottleneck: drain rate (Gb/s; 0: none)")->check(CLI::Range(0.0, 1600.0));
   app.add_option("--bn-kmin", o.bn.kmin_bytes, "TX bottleneck: RED Kmin (bytes)");
   app.add_option("--bn-kmax", o.bn.kmax_bytes, "TX bottleneck: RED Kmax (bytes)");
   app.add_option("--bn-pmax", o.bn.pmax, "TX bottleneck: RED Pmax")->check(CLI::Range(0.0, 1.0));
   app.add_option("--bn-limit", o.bn.limit_bytes, "TX bottleneck: tail drop past this many bytes queued");
   app.add_flag("!--bn-no-ecn", o.bn.ecn, "TX bottleneck: tail drop only, no ECN marking");
+  app.add_option("--sample-us", o.sample_us,
+                 "bw tests, client: sample the TX bottleneck's queue and each QP's DCQCN state this often (us)")
+      ->check(CLI::Range(1.0, 1e6));
+  app.add_option("--sample-csv", o.sample_csv, "... into this CSV file (t_us,qp,rate_mbps,...)");
   app.add_flag("--bn-mark-dequeue", o.bn.mark_dequeue,
                "TX bottleneck: RED on the queue a frame leaves behind (marking on departure), not the one it finds");
   app.footer("EAL arguments after --. Exit status 0 when every run completed with its data verified.");

@@ -62,6 +62,10 @@ DemuxIo::DemuxIo(Dataplane& dp, CoreLoop& core, uint32_t port, uint32_t my_index
 
 DemuxIo::~DemuxIo() { drain(); }
 
+uint64_t DemuxIo::tx_bottleneck_queue_bytes() const noexcept {
+  return ftx_ ? ftx_->bottleneck_queue_bytes(dp_.clock().now_ns()) : 0;
+}
+
 void DemuxIo::drain() noexcept {
   io::PktBuf* b[32];
   for (auto* f : {frx_.get(), ftx_.get()}) {
@@ -882,6 +886,8 @@ void apply_cc(const PortCc& cc, transport::EngineConfig& ec) noexcept {
   p.byte_reset = uint64_t{d.byte_reset} * 64;
   p.threshold = d.threshold;
   p.min_dec_fac_pct = d.min_dec_fac_pct;
+  p.clamp_tgt_rate = d.clamp_tgt_rate != 0;
+  p.stall_hold_ns = uint64_t{d.stall_hold_us} * 1000;
 }
 
 PortCc cc_of(const transport::EngineConfig& ec) noexcept {
@@ -907,6 +913,8 @@ PortCc cc_of(const transport::EngineConfig& ec) noexcept {
   d.byte_reset = u32(p.byte_reset / 64);
   d.threshold = p.threshold;
   d.min_dec_fac_pct = p.min_dec_fac_pct;
+  d.clamp_tgt_rate = p.clamp_tgt_rate ? 1 : 0;
+  d.stall_hold_us = u32(p.stall_hold_ns / 1000);
   return cc;
 }
 

@@ -113,6 +113,9 @@ class DemuxIo final : public io::PacketIo {
   // Home core only: ARP/ND timers (retries, probes).
   void netstack_timers(uint64_t now) noexcept;
   dpdk::DpdkQueueIo& queue() noexcept { return q_; }
+  // Bytes in the TX fault injector's bottleneck queue now (0 without one):
+  // for a sampler on this core's own thread (droce-perf --sample-us).
+  uint64_t tx_bottleneck_queue_bytes() const noexcept;
   // Releases frames held by the fault injectors (shutdown).
   void drain() noexcept;
 

@@ -67,6 +67,7 @@ void progress(Engine& e, Qp& q, uint32_t from) noexcept {
   q.comp.last_retry_psn = 0xFFFFFFFF;
   const uint64_t to = verbs::ack_timeout_ns(q.attr.timeout);
   q.comp.deadline = (to && wire::psn_lt(q.comp.psn, q.req.next_new_psn)) ? e.now() + to : 0;
+  e.timer_arm(q);
   if (q.req.idx != q.sq.head) e.req_ready(q);
 }
 
@@ -168,6 +169,7 @@ CompSt on_read_resp(Engine& e, Qp& q, const wire::PacketView& pkt) noexcept {
       // covers a long burst of losses.
       const uint64_t to = verbs::ack_timeout_ns(q.attr.timeout);
       if (to) q.comp.deadline = e.now() + to;
+      e.timer_arm(q);
       if (wire::psn_gt(psn, expected) && wire::psn_diff(psn, expected) <= kReadGapNear) retry_from(e, q, expected);
       return CompSt::Drop;
     }
@@ -285,6 +287,7 @@ void on_sack(Engine& e, Qp& q, const wire::PacketView& pkt) noexcept {
   // retry count is not restored: a lost resend ends in a timeout and go-back-N).
   const uint64_t to = verbs::ack_timeout_ns(q.attr.timeout);
   if (to) q.comp.deadline = e.now() + to;
+  e.timer_arm(q);
   e.req_ready(q);
 }
 
@@ -392,6 +395,7 @@ void completer_rx(Engine& e, Qp& q, const wire::PacketView& pkt) noexcept {
         q.comp.rnr_wait = true;
         q.comp.rnr_until = e.now() + verbs::rnr_timer_ns(syn & 0x1F);
         q.comp.deadline = 0;
+        e.timer_arm(q);
         st = CompSt::Retire;
         break;
       }

@@ -25,7 +25,7 @@ void ReactionPoint::reset(const Params& p) noexcept {
   alpha_ = p_.initial_alpha;
   t_ = bc_ = 0;
   bytes_ = 0;
-  next_alpha_ns_ = next_timer_ns_ = last_dec_ns_ = next_send_ns_ = 0;
+  next_alpha_ns_ = next_timer_ns_ = last_dec_ns_ = next_send_ns_ = last_ns_ = 0;
   active_ = cnp_alpha_ = cnp_pending_ = time_inc_ = false;
 }
 
@@ -97,7 +97,22 @@ void ReactionPoint::update_alpha() noexcept {
   cnp_alpha_ = false;
 }
 
+// A gap past stall_hold_ns since the last call: every clock of the reaction
+// point moves by the gap, as if the gap had not happened.
+void ReactionPoint::hold_stall(uint64_t now) noexcept {
+  if (active_ && p_.stall_hold_ns != 0 && now > last_ns_ + p_.stall_hold_ns) {
+    const uint64_t gap = now - last_ns_;
+    next_alpha_ns_ += gap;
+    next_timer_ns_ += gap;
+    last_dec_ns_ += gap;
+    if (next_send_ns_ > last_ns_) next_send_ns_ += gap;
+    ++ctr_.stalls;
+  }
+  last_ns_ = now;
+}
+
 void ReactionPoint::advance(uint64_t now) noexcept {
+  hold_stall(now);
   for (uint32_t steps = 0; active_ && steps < kMaxSteps; ++steps) {
     const uint64_t dec_at = cnp_pending_ ? last_dec_ns_ + p_.rate_reduce_monitor_period_ns : UINT64_MAX;
     const uint64_t at = std::min({next_alpha_ns_, dec_at, next_timer_ns_});
@@ -134,6 +149,7 @@ void ReactionPoint::advance(uint64_t now) noexcept {
 
 void ReactionPoint::on_sent(uint64_t now, uint64_t bytes) noexcept {
   if (!active_) return;
+  hold_stall(now);
   const uint64_t tx_ns = bytes * 8'000'000 / rc_;
   const uint64_t burst_ns = p_.burst_bytes * 8'000'000 / rc_;
   const uint64_t base = std::max(next_send_ns_, now > burst_ns ? now - burst_ns : 0);

@@ -38,6 +38,11 @@ struct Params {
   bool clamp_tgt_rate = false;             // every decrease sets target = current
   bool clamp_tgt_rate_after_time_inc = true;  // ... when the timer raised the rate since
   uint64_t burst_bytes = 4096;             // the pacer lets this much leave back to back
+  // A gap longer than this between two calls (the poll loop descheduled, as
+  // on a shared CPU) does not count as time: the alpha, timer and pacer
+  // clocks resume where they stopped instead of running the gap's timer
+  // increases and alpha decay at once. 0: off (every gap counts).
+  uint64_t stall_hold_ns = 0;
 };
 
 // The DCQCN paper's timescales (Zhu et al. 2015): alpha updated every 55 us
@@ -70,6 +75,7 @@ struct Counters {
   uint64_t decreases = 0;   // rate decreases (at most one per monitor period)
   uint64_t increases = 0;   // increase events (any stage)
   uint64_t hyper = 0;       // of which hyper increases
+  uint64_t stalls = 0;      // gaps past stall_hold_ns held (not counted as time)
 };
 
 class ReactionPoint {
@@ -104,6 +110,7 @@ class ReactionPoint {
   void increase_event(uint64_t at) noexcept;
   void set_rate(uint32_t kbps, uint64_t at) noexcept;
   void update_alpha() noexcept;
+  void hold_stall(uint64_t now) noexcept;
 
   Params p_{};
   Counters ctr_{};
@@ -113,6 +120,7 @@ class ReactionPoint {
   uint64_t bytes_ = 0;         // toward the next byte stage
   uint64_t next_alpha_ns_ = 0, next_timer_ns_ = 0, last_dec_ns_ = 0;
   uint64_t next_send_ns_ = 0;
+  uint64_t last_ns_ = 0;       // the last call's time (stall_hold_ns)
   bool active_ = false;        // rate limiting in force
   bool cnp_alpha_ = false;     // a CNP since the last alpha update
   bool cnp_pending_ = false;   // a CNP inside the monitor period, not yet acted on

@@ -140,7 +140,11 @@ Engine::Engine(const EngineConfig& cfg, io::PacketIo& io, const io::Clock& clock
   req_q_.reset(new Qp*[qcap]);
   resp_q_.reset(new Qp*[qcap]);
   now_ = clock_.now_ns();
-  last_timer_scan_ = now_;
+  last_timer_sweep_ = now_;
+  wheel_.reset(new Qp*[kWheelSlots]());
+  tick_shift_ = 6;  // ticks of 64 ns at least
+  while (tick_shift_ < 40 && (uint64_t{2} << tick_shift_) <= cfg_.timer_scan_ns) ++tick_shift_;
+  wheel_tick_ = (now_ >> tick_shift_) + 1;
   zero_copy_ = cfg_.zero_copy_min != 0 && io_.zero_copy_tx();
 }
 
@@ -210,8 +214,10 @@ int check_init(const verbs::QpInitAttr& init, const uint32_t* qpn) noexcept {
 Qp& Engine::install_qp(uint32_t n, const verbs::QpInitAttr& init) {
   qps_[n] = std::make_unique<Qp>(n, init);
   qps_[n]->mtu = verbs::mtu_bytes(cfg_.port_mtu);
-  qps_[n]->hdr.l2.src = io_.mac();
-  qps_[n]->hdr.l3.src = cfg_.gid;
+  wire::Headers h;  // the source addresses, until RTR builds the path (UD QPs keep them)
+  h.l2.src = io_.mac();
+  h.l3.src = cfg_.gid;
+  wire::make_template(qps_[n]->tx, h);
   live_qps_.push_back(qps_[n].get());
   return *qps_[n];
 }
@@ -273,6 +279,7 @@ int Engine::destroy_qp(uint32_t qpn) {
   };
   purge(req_q_, req_head_, req_tail_);
   purge(resp_q_, resp_head_, resp_tail_);
+  timer_unlink(*q);
   for (size_t i = 0; i < live_qps_.size(); ++i)
     if (live_qps_[i] == q) {
       live_qps_[i] = live_qps_.back();
@@ -295,8 +302,7 @@ const wire::Gid& Engine::source_gid(const wire::Gid& dst) const noexcept {
 }
 
 void Engine::build_template(Qp& q) noexcept {
-  wire::Headers& h = q.hdr;
-  h = wire::Headers{};
+  wire::Headers h;
   const verbs::Ah& ah = q.attr.ah_attr;
   h.l2.src = io_.mac();
   h.l2.dst = ah.dmac;
@@ -312,6 +318,7 @@ void Engine::build_template(Qp& q) noexcept {
   h.l4.sport = static_cast<uint16_t>(0xC000 | ((q.qpn * 0x9E37u ^ q.attr.dest_qp_num) & 0x3FFF));
   h.bth.dqpn = q.attr.dest_qp_num;
   h.bth.pkey = wire::kDefaultPkey;
+  wire::make_template(q.tx, h);
 }
 
 bool Engine::reserve_resp_resources(Qp& q, const verbs::QpAttr& attr, uint32_t mask) noexcept {
@@ -500,7 +507,7 @@ void Engine::resp_ready(Qp& q) noexcept {
   resp_q_[resp_head_++ & q_mask_] = &q;
 }
 
-uint8_t* Engine::begin_frame(const wire::Headers& h, uint32_t payload_len) noexcept {
+io::PktBuf* Engine::take_tx_buf(size_t frame_len) noexcept {
   if (tx_len_ >= kBurst) flush_tx();
   if (tx_len_ >= kBurst) {
     tx_blocked_ = true;
@@ -513,27 +520,46 @@ uint8_t* Engine::begin_frame(const wire::Headers& h, uint32_t payload_len) noexc
     return nullptr;
   }
   io::PktBuf* b = spare_[--spare_len_];
-  if (wire::frame_len(h, payload_len) > b->cap) {
+  if (frame_len > b->cap) {  // the whole frame must fit: the backend's copy fallback
     spare_[spare_len_++] = b;
     count(Ctr::TxNoBuf);
     return nullptr;
   }
+  return b;
+}
+
+uint8_t* Engine::begin_frame(const wire::Headers& h, uint32_t payload_len) noexcept {
+  const wire::FrameShape s = wire::frame_shape(h);
+  io::PktBuf* b = take_tx_buf(wire::frame_len(s, payload_len));
+  if (!b) return nullptr;
   const size_t hl = wire::build_headers({b->data, b->cap}, h, payload_len);
   cur_ = b;
+  cur_shape_ = s;
+  cur_plen_ = payload_len;
   return b->data + hl;
 }
 
-void Engine::end_frame(const wire::Headers& h, uint32_t payload_len) noexcept {
+uint8_t* Engine::begin_frame(const wire::TxTemplate& t, const wire::PacketFields& f, uint32_t payload_len) noexcept {
+  const wire::FrameShape s = wire::frame_shape(t, f.opcode);
+  io::PktBuf* b = take_tx_buf(wire::frame_len(s, payload_len));
+  if (!b) return nullptr;
+  const size_t hl = wire::build_headers({b->data, b->cap}, t, f, payload_len);
+  cur_ = b;
+  cur_shape_ = s;
+  cur_plen_ = payload_len;
+  return b->data + hl;
+}
+
+void Engine::end_frame() noexcept {
   io::PktBuf* b = cur_;
   cur_ = nullptr;
-  b->len = static_cast<uint32_t>(wire::finish_frame({b->data, b->cap}, h, payload_len));
+  b->len = static_cast<uint32_t>(wire::finish_frame({b->data, b->cap}, cur_shape_, cur_plen_));
   tx_[tx_len_++] = b;
   count(Ctr::TxFrames);
 }
 
-bool Engine::send_payload(const wire::Headers& h, const uint8_t* src, uint32_t len, void* dma) noexcept {
-  uint8_t* dst = begin_frame(h, len);  // checks the whole frame fits (the backend's copy fallback)
-  if (!dst) return false;
+void Engine::end_frame_with(uint8_t* dst, const uint8_t* src, void* dma) noexcept {
+  const uint32_t len = cur_plen_;
   if (dma && zero_copy_ && len >= cfg_.zero_copy_min) {
     io::PktBuf* b = cur_;
     cur_ = nullptr;
@@ -541,18 +567,17 @@ bool Engine::send_payload(const wire::Headers& h, const uint8_t* src, uint32_t l
     b->ext = src;
     b->ext_ref = dma;
     b->ext_len = len;
-    b->tail_len = static_cast<uint8_t>(wire::finish_frame_ext({b->data, b->len}, h, src, len, b->tail));
+    b->tail_len = static_cast<uint8_t>(wire::finish_frame_ext({b->data, b->len}, cur_shape_, src, len, b->tail));
     tx_[tx_len_++] = b;
     count(Ctr::TxFrames);
     count(Ctr::TxZeroCopy);
-    return true;
+    return;
   }
   if (len) {
     std::memcpy(dst, src, len);
     count(Ctr::TxCopied);
   }
-  end_frame(h, len);
-  return true;
+  end_frame();
 }
 
 void Engine::flush_tx() noexcept {
@@ -574,7 +599,7 @@ void Engine::set_cc(const EngineConfig& c) noexcept {
   cfg_.dcqcn = c.dcqcn;
   cfg_.dcqcn_params = c.dcqcn_params;
   for (Qp* q : live_qps_) {
-    q->hdr.l3.tos = static_cast<uint8_t>((q->hdr.l3.tos & ~wire::kEcnMask) | (cfg_.ecn ? wire::kEcnEct0 : 0));
+    if (q->type != verbs::QpType::UD) build_template(*q);  // the ECT marking of its data packets
     q->rp.reset(cfg_.dcqcn_params);
     if (!q->sq.empty()) req_ready(*q);  // a QP the pacer held goes again
   }
@@ -602,7 +627,7 @@ void Engine::send_cnp(Qp& q, const wire::PacketView& pkt) noexcept {
   h.bth.dqpn = q.type == verbs::QpType::UD ? pkt.h.ext.deth.sqpn : q.attr.dest_qp_num;
   h.bth.psn = 0;
   if (!begin_frame(h, 0)) return;
-  end_frame(h, 0);
+  end_frame();
   q.cnp_ever = true;
   q.last_cnp_ns = now_;
   ++q.ctr.cnp_sent;
@@ -745,7 +770,7 @@ void Engine::rx(io::PktBuf* b) noexcept {
   }
   // A connection takes packets only from its peer, to the address it uses
   // (rxe check_addr): a stranger's frames never reach its state machine.
-  if (q->type != verbs::QpType::UD && (pkt.h.l3.src != q->hdr.l3.dst || pkt.h.l3.dst != q->hdr.l3.src)) {
+  if (q->type != verbs::QpType::UD && (pkt.h.l3.src != q->tx.dst || pkt.h.l3.dst != q->tx.src)) {
     count(Ctr::RxBadSrcAddr);
     return;
   }
@@ -763,9 +788,73 @@ void Engine::rx(io::PktBuf* b) noexcept {
   }
 }
 
+void Engine::timer_link(Qp& q, uint64_t at) noexcept {
+  uint64_t t = at >> tick_shift_;
+  if (t < wheel_tick_) t = wheel_tick_;  // already due: the next slot processed
+  const auto slot = static_cast<uint32_t>(t & (kWheelSlots - 1));
+  q.tw_on = true;
+  q.tw_at = at;
+  q.tw_slot = slot;
+  q.tw_prev = nullptr;
+  q.tw_next = wheel_[slot];
+  if (q.tw_next) q.tw_next->tw_prev = &q;
+  wheel_[slot] = &q;
+}
+
+void Engine::timer_unlink(Qp& q) noexcept {
+  if (!q.tw_on) return;
+  if (q.tw_prev) {
+    q.tw_prev->tw_next = q.tw_next;
+  } else {
+    wheel_[q.tw_slot] = q.tw_next;
+  }
+  if (q.tw_next) q.tw_next->tw_prev = q.tw_prev;
+  q.tw_on = false;
+  q.tw_prev = q.tw_next = nullptr;
+}
+
+void Engine::timer_arm(Qp& q) noexcept {
+  uint64_t at = UINT64_MAX;
+  if (q.comp.rnr_wait) at = q.comp.rnr_until;
+  if (q.comp.deadline && q.comp.deadline < at) at = q.comp.deadline;
+  if (at == UINT64_MAX) return;  // nothing armed: a stale entry leaves when its slot comes
+  if (q.tw_on) {
+    if (q.tw_at <= at) return;  // due earlier: it finds the later time then
+    timer_unlink(q);
+  }
+  timer_link(q, at);
+}
+
+void Engine::fire_slot(uint32_t slot) noexcept {
+  Qp* q = wheel_[slot];
+  wheel_[slot] = nullptr;
+  for (uint32_t guard = 0; q && guard < cfg_.max_qps + 1; ++guard) {
+    Qp* next = q->tw_next;
+    q->tw_on = false;
+    q->tw_prev = q->tw_next = nullptr;
+    if (q->tw_at > now_) {
+      timer_link(*q, q->tw_at);  // due on a later turn of the wheel
+    } else {
+      if (q->type == verbs::QpType::RC && q->rts_like()) completer_timer(*this, *q, now_);
+      timer_arm(*q);  // its next time, if a timer is still armed
+    }
+    q = next;
+  }
+}
+
 void Engine::run_timers() noexcept {
-  // A bounded slice of the QPs per scan, round robin: O(batch) per poll however many QPs.
-  last_timer_scan_ = now_;
+  // The wheel: every slot whose tick has come, each at most once per call.
+  const uint64_t now_tick = now_ >> tick_shift_;
+  if (now_tick >= wheel_tick_ + kWheelSlots) wheel_tick_ = now_tick + 1 - kWheelSlots;
+  while (wheel_tick_ <= now_tick) {
+    const auto slot = static_cast<uint32_t>(wheel_tick_ & (kWheelSlots - 1));
+    ++wheel_tick_;
+    fire_slot(slot);
+  }
+  // The backstop sweep: a bounded slice of the QPs, round robin (a timer armed
+  // where nothing called timer_arm, a requester left with work and no event).
+  if (now_ - last_timer_sweep_ < cfg_.timer_sweep_ns) return;
+  last_timer_sweep_ = now_;
   const size_t n = live_qps_.size();
   const size_t batch = cfg_.timer_scan_batch < n ? cfg_.timer_scan_batch : n;
   for (size_t k = 0; k < batch; ++k) {
@@ -773,6 +862,7 @@ void Engine::run_timers() noexcept {
     Qp* q = live_qps_[timer_cursor_++];
     if (q->type != verbs::QpType::RC || !q->rts_like()) continue;
     completer_timer(*this, *q, now_);
+    timer_arm(*q);
   }
 }
 
@@ -806,7 +896,7 @@ uint32_t Engine::poll(uint64_t now_ns) noexcept {
   if (n) io_.free_burst(rx_bufs, n);
   work += n;
   // 2. Timers, by elapsed time.
-  if (now_ - last_timer_scan_ >= cfg_.timer_scan_ns) run_timers();
+  if ((now_ >> tick_shift_) >= wheel_tick_) run_timers();
   // 3. Responder output (read responses, ACK/NAK) before new requests.
   for (uint32_t k = resp_head_ - resp_tail_; k > 0 && !tx_blocked_; --k) {
     Qp* q = resp_q_[resp_tail_++ & q_mask_];

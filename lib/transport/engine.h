@@ -154,8 +154,13 @@ struct EngineConfig {
   // answers them with SACKs. Toward any other peer nothing changes on the wire.
   bool selective_repeat = false;
   std::vector<wire::Gid> sr_peers;
-  uint64_t timer_scan_ns = 2'000;     // how often timers are looked at
-  uint32_t timer_scan_batch = 64;     // QPs looked at per scan (round robin), bounding the cost of a poll
+  // Timers (ACK timeout, RNR wait) sit on a wheel of 32768 slots whose tick is
+  // the power of two at or below timer_scan_ns: a poll visits only the QPs whose
+  // timer is due, each within one tick of its time. A backstop sweep also looks
+  // at timer_scan_batch QPs (round robin) every timer_sweep_ns.
+  uint64_t timer_scan_ns = 2'000;
+  uint32_t timer_scan_batch = 64;
+  uint64_t timer_sweep_ns = 1'000'000;
   // Zero-copy TX: payloads of at least this many bytes from an MR with a
   // zero-copy handle (MrTable::set_dma) go by reference when the backend can
   // (PacketIo::zero_copy_tx); smaller ones are copied. 0: always copy.
@@ -279,22 +284,29 @@ class Engine {
 
   // ---- used by requester/responder/completer (engine thread only) ----
   void count(Ctr c, uint64_t n = 1) noexcept { ctr_.v[static_cast<size_t>(c)] += n; }
-  // Starts a frame: writes the headers of h for a payload of payload_len bytes
-  // into a TX buffer and returns where the payload goes (nullptr: no buffer).
+  // Starts a frame for a payload of payload_len bytes: writes its headers into
+  // a TX buffer and returns where the payload goes (nullptr: no buffer). From
+  // whole headers (UD requests, CNPs), or from a connected QP's prebuilt
+  // template and this packet's fields (the fast path).
   uint8_t* begin_frame(const wire::Headers& h, uint32_t payload_len) noexcept;
-  // Writes pad + ICRC and queues the frame begun last for TX.
-  void end_frame(const wire::Headers& h, uint32_t payload_len) noexcept;
+  uint8_t* begin_frame(const wire::TxTemplate& t, const wire::PacketFields& f, uint32_t payload_len) noexcept;
+  // Writes pad + ICRC and queues the frame begun last for TX (its payload is in place).
+  void end_frame() noexcept;
+  // Ends the frame begun last (dst: what begin_frame returned) with its payload,
+  // the payload_len bytes at src (inside an MR; dma: its zero-copy handle or
+  // nullptr): by reference when the backend and the size allow, copied otherwise.
+  void end_frame_with(uint8_t* dst, const uint8_t* src, void* dma) noexcept;
   // Drops the frame begun last (its buffer goes back to the spares).
   void abort_frame() noexcept {
     spare_[spare_len_++] = cur_;
     cur_ = nullptr;
   }
-  // Queues a frame with headers h whose payload is len bytes at src (inside an
-  // MR; dma: its zero-copy handle or nullptr): by reference when the backend
-  // and the size allow, copied otherwise. False if no TX buffer (nothing queued).
-  bool send_payload(const wire::Headers& h, const uint8_t* src, uint32_t len, void* dma) noexcept;
   bool tx_room() const noexcept { return !tx_blocked_; }
   void req_ready(Qp& qp) noexcept;
+  // The QP's ACK or RNR timer was set (comp.deadline, comp.rnr_until): puts it on
+  // the wheel for that time unless it is already on it for an earlier one (an
+  // entry due early finds the later time and goes back on). O(1).
+  void timer_arm(Qp& qp) noexcept;
   void resp_ready(Qp& qp) noexcept;
   // keep_responses: responses already owed (READ/atomic before a NAK) still go out, then the NAK.
   void qp_to_error(Qp& qp, bool keep_responses = false) noexcept;
@@ -315,6 +327,9 @@ class Engine {
   uint32_t* group_qpns(size_t g) noexcept { return &mcast_qpns_[g * cfg_.max_mcast_qps_per_group]; }
   Qp& install_qp(uint32_t n, const verbs::QpInitAttr& init);
   void run_timers() noexcept;
+  void fire_slot(uint32_t slot) noexcept;
+  void timer_link(Qp& qp, uint64_t at) noexcept;
+  void timer_unlink(Qp& qp) noexcept;
   void flush_tx() noexcept;
   void flush_queues(Qp& qp, bool send_only = false) noexcept;
   void build_template(Qp& qp) noexcept;
@@ -329,8 +344,12 @@ class Engine {
   io::PacketIo& io_;
   const io::Clock& clock_;
   uint64_t now_ = 0;
-  uint64_t last_timer_scan_ = 0;
+  uint64_t last_timer_sweep_ = 0;
   size_t timer_cursor_ = 0;
+  static constexpr uint32_t kWheelSlots = 1u << 15;
+  std::unique_ptr<Qp*[]> wheel_;  // slot heads (doubly linked through Qp::tw_prev/tw_next)
+  uint32_t tick_shift_ = 0;       // a tick is 1 << tick_shift_ ns
+  uint64_t wheel_tick_ = 0;       // the next tick whose slot is processed
 
   std::unique_ptr<uint8_t[]> mr_mem_owned_;
   std::unique_ptr<verbs::MrTable> mrs_;
@@ -356,6 +375,9 @@ class Engine {
   io::PktBuf* tx_[kBurst]{};
   uint16_t tx_len_ = 0;
   io::PktBuf* cur_ = nullptr;  // frame between begin_frame and end_frame
+  wire::FrameShape cur_shape_;
+  uint32_t cur_plen_ = 0;
+  io::PktBuf* take_tx_buf(size_t frame_len) noexcept;
   bool tx_blocked_ = false;
   bool zero_copy_ = false;  // io_.zero_copy_tx() && zero_copy_min != 0
 

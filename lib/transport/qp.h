@@ -177,7 +177,17 @@ struct Qp : verbs::QpBase {
     SrResp resp;
   };
   std::unique_ptr<Sr> sr;
-  alignas(64) wire::Headers hdr;  // RC/UC: header template built at RTR
+  // RC/UC: the prebuilt header of every packet to the peer, built at RTR (and
+  // when ECN marking changes); UD: only the source MAC.
+  alignas(64) wire::TxTemplate tx;
+  // The engine's timer wheel (Engine::timer_arm): whether the QP is on a slot,
+  // the time its entry is due (never later than comp.deadline / rnr_until while
+  // those are armed), and its slot list. Kept apart from CompState, which is reset whole.
+  bool tw_on = false;
+  uint32_t tw_slot = 0;
+  uint64_t tw_at = 0;
+  Qp* tw_prev = nullptr;
+  Qp* tw_next = nullptr;
   bool in_req_ready = false;
   bool in_resp_ready = false;
   uint64_t last_cnp_ns = 0;

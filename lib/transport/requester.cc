@@ -72,48 +72,54 @@ wire::Position position(uint32_t k, uint32_t n) noexcept {
   return k + 1 == n ? wire::Position::Last : wire::Position::Middle;
 }
 
+// A UD request: its headers from the work request's address handle.
+uint8_t* begin_ud(Engine& e, const Qp& q, const SendWqe& w, wire::PacketFields& f, uint32_t payload) noexcept {
+  wire::Headers h;
+  h.l2.src = q.tx.src_mac();
+  h.l2.dst = w.ah.dmac;
+  h.l2.vlan = w.ah.vlan;
+  h.l2.vlan_tci = w.ah.vlan_tci;
+  h.l3.ipv6 = !wire::gid_is_ipv4_mapped(w.ah.dgid);
+  h.l3.src = e.source_gid(w.ah.dgid);
+  h.l3.dst = w.ah.dgid;
+  h.l3.tos = static_cast<uint8_t>((w.ah.traffic_class & ~wire::kEcnMask) | (e.config().ecn ? wire::kEcnEct0 : 0));
+  h.l3.ttl = w.ah.hop_limit;
+  h.l3.flow_label = w.ah.flow_label;
+  h.l4.sport = static_cast<uint16_t>(0xC000 | ((q.qpn * 0x9E37u ^ w.wr.ud.remote_qpn) & 0x3FFF));
+  h.bth.dqpn = w.wr.ud.remote_qpn;
+  // C10-15: a Q_Key with the high bit set means "use the QP's Q_Key".
+  f.ext.deth.qkey = (w.wr.ud.remote_qkey & 0x80000000u) ? q.attr.qkey : w.wr.ud.remote_qkey;
+  f.ext.deth.sqpn = q.qpn;
+  wire::apply_fields(h, f);
+  return e.begin_frame(h, payload);
+}
+
 // Builds and queues packet for the WQE at the requester cursor. Returns false
 // if no TX buffer was available (nothing changed).
 bool build_packet(Engine& e, Qp& q, SendWqe& w, bool* last_of_wqe) noexcept {
   const uint32_t k = static_cast<uint32_t>(psn_diff(q.req.psn, w.first_psn));
   const WrOpcode o = w.wr.opcode;
-  // Connected QPs start from their template (copied once, not zeroed first).
-  wire::Headers h = q.type == QpType::UD ? wire::Headers{} : q.hdr;
-  if (q.type == QpType::UD) {
-    h.l2.src = q.hdr.l2.src;
-    h.l2.dst = w.ah.dmac;
-    h.l2.vlan = w.ah.vlan;
-    h.l2.vlan_tci = w.ah.vlan_tci;
-    h.l3.ipv6 = !wire::gid_is_ipv4_mapped(w.ah.dgid);
-    h.l3.src = e.source_gid(w.ah.dgid);
-    h.l3.dst = w.ah.dgid;
-    h.l3.tos = static_cast<uint8_t>((w.ah.traffic_class & ~wire::kEcnMask) | (e.config().ecn ? wire::kEcnEct0 : 0));
-    h.l3.ttl = w.ah.hop_limit;
-    h.l3.flow_label = w.ah.flow_label;
-    h.l4.sport = static_cast<uint16_t>(0xC000 | ((q.qpn * 0x9E37u ^ w.wr.ud.remote_qpn) & 0x3FFF));
-    h.bth.dqpn = w.wr.ud.remote_qpn;
-    // C10-15: a Q_Key with the high bit set means "use the QP's Q_Key".
-    h.ext.deth.qkey = (w.wr.ud.remote_qkey & 0x80000000u) ? q.attr.qkey : w.wr.ud.remote_qkey;
-    h.ext.deth.sqpn = q.qpn;
-  }
-  h.bth.psn = q.req.psn;
+  // This packet's BTH and extension headers: connected QPs put them on their
+  // prebuilt template, UD requests on headers built from the work request's AH.
+  wire::PacketFields f;
+  f.psn = q.req.psn;
   uint32_t payload = 0, offset = 0;
   bool last = true;
   if (o == WrOpcode::RdmaRead) {
-    h.bth.opcode = wire::op::RC_READ_REQUEST;
+    f.opcode = wire::op::RC_READ_REQUEST;
     offset = k * q.mtu;  // a retried READ asks for the rest only (IBTA 9.4)
-    h.ext.reth = {w.wr.rdma.remote_addr + offset, w.wr.rdma.rkey, w.length - offset};
-    h.bth.ackreq = true;
+    f.ext.reth = {w.wr.rdma.remote_addr + offset, w.wr.rdma.rkey, w.length - offset};
+    f.ackreq = true;
   } else if (is_atomic(o)) {
-    h.bth.opcode = o == WrOpcode::AtomicCmpSwp ? wire::op::RC_COMPARE_SWAP : wire::op::RC_FETCH_ADD;
-    h.ext.atomic.va = w.wr.atomic.remote_addr;
-    h.ext.atomic.rkey = w.wr.atomic.rkey;
-    h.ext.atomic.swap_add = o == WrOpcode::AtomicCmpSwp ? w.wr.atomic.swap : w.wr.atomic.compare_add;
-    h.ext.atomic.compare = o == WrOpcode::AtomicCmpSwp ? w.wr.atomic.compare_add : 0;
-    h.bth.ackreq = true;
+    f.opcode = o == WrOpcode::AtomicCmpSwp ? wire::op::RC_COMPARE_SWAP : wire::op::RC_FETCH_ADD;
+    f.ext.atomic.va = w.wr.atomic.remote_addr;
+    f.ext.atomic.rkey = w.wr.atomic.rkey;
+    f.ext.atomic.swap_add = o == WrOpcode::AtomicCmpSwp ? w.wr.atomic.swap : w.wr.atomic.compare_add;
+    f.ext.atomic.compare = o == WrOpcode::AtomicCmpSwp ? w.wr.atomic.compare_add : 0;
+    f.ackreq = true;
   } else {
     const wire::Position pos = position(k, w.npkts);
-    h.bth.opcode = static_cast<uint8_t>(wire::wire_opcode(q.type, o, pos));
+    f.opcode = static_cast<uint8_t>(wire::wire_opcode(q.type, o, pos));
     offset = k * q.mtu;
     payload = w.length - offset < q.mtu ? w.length - offset : q.mtu;
     last = pos == wire::Position::Last || pos == wire::Position::Only;
@@ -121,32 +127,32 @@ bool build_packet(Engine& e, Qp& q, SendWqe& w, bool* last_of_wqe) noexcept {
     // packet, each with its own RETH, so the responder can place any of them
     // out of order (README: Selective repeat between droce peers).
     const bool split = w.sr && o == WrOpcode::RdmaWrite && w.npkts > 1;
-    if (split) h.bth.opcode = wire::op::RC_WRITE_ONLY;
-    const wire::OpcodeInfo& info = wire::opcode_info(h.bth.opcode);
+    if (split) f.opcode = wire::op::RC_WRITE_ONLY;
+    const wire::OpcodeInfo& info = wire::opcode_info(f.opcode);
     if (info.off_reth)
-      h.ext.reth = split ? wire::RethFields{w.wr.rdma.remote_addr + offset, w.wr.rdma.rkey, payload}
+      f.ext.reth = split ? wire::RethFields{w.wr.rdma.remote_addr + offset, w.wr.rdma.rkey, payload}
                          : wire::RethFields{w.wr.rdma.remote_addr, w.wr.rdma.rkey, w.length};
-    if (info.off_imm) h.ext.imm = be32toh(w.wr.imm_data);  // ibverbs' imm_data is in network order; ext.imm is the value
-    if (info.off_ieth) h.ext.ieth_rkey = w.wr.invalidate_rkey;
-    h.bth.se = last && (w.wr.send_flags & verbs::kSendSolicited) && (info.flags & (wire::kOpSend | wire::kOpImm));
+    if (info.off_imm) f.ext.imm = be32toh(w.wr.imm_data);  // ibverbs' imm_data is in network order; ext.imm is the value
+    if (info.off_ieth) f.ext.ieth_rkey = w.wr.invalidate_rkey;
+    f.se = last && (w.wr.send_flags & verbs::kSendSolicited) && (info.flags & (wire::kOpSend | wire::kOpImm));
     if (q.type == QpType::RC) {
       // AckReq on the last packet, every ack_req_every packets (at most every half
       // window, so ACKs come back before a small window runs dry) and on the packet
       // that fills the window (a responder such as rxe ACKs only on AckReq).
       const uint32_t w = q.req.cwnd;
       const uint32_t every = e.config().ack_req_every < w / 2 ? e.config().ack_req_every : (w / 2 ? w / 2 : 1);
-      h.bth.ackreq = last || q.req.pkts_since_ackreq + 1 >= every ||
+      f.ackreq = last || q.req.pkts_since_ackreq + 1 >= every ||
                      psn_diff(psn_add(q.req.psn, 1), q.comp.psn) >= static_cast<int32_t>(w);
     }
   }
-  if (w.sr && q.req.sr_tx) h.bth.resv7 = static_cast<uint8_t>(h.bth.resv7 | kSrMark);  // "answer with SACKs"
+  if (w.sr && q.req.sr_tx) f.resv7 = static_cast<uint8_t>(f.resv7 | kSrMark);  // "answer with SACKs"
+  uint8_t* dst = q.type == QpType::UD ? begin_ud(e, q, w, f, payload) : e.begin_frame(q.tx, f, payload);
+  if (!dst) return false;
   void* dma = nullptr;
   if (const uint8_t* src = gather_ref(e.mrs(), q.pd, w, offset, payload, &dma)) {
     // One SGE holds the whole payload: by reference when it can go so, else one copy.
-    if (!e.send_payload(h, src, payload, dma)) return false;
+    e.end_frame_with(dst, src, dma);
   } else {
-    uint8_t* dst = e.begin_frame(h, payload);
-    if (!dst) return false;
     if (!gather(e.mrs(), q.pd, w, offset, dst, payload)) {
       // A source MR was deregistered while the WQE was in flight: nothing of it
       // is sent; the WQE completes with LOC_PROT_ERR and the QP goes to error (RC)
@@ -163,9 +169,9 @@ bool build_packet(Engine& e, Qp& q, SendWqe& w, bool* last_of_wqe) noexcept {
       return false;
     }
     if (payload) e.count(Ctr::TxCopied);
-    e.end_frame(h, payload);
+    e.end_frame();
   }
-  q.req.pkts_since_ackreq = h.bth.ackreq ? 0 : q.req.pkts_since_ackreq + 1;
+  q.req.pkts_since_ackreq = f.ackreq ? 0 : q.req.pkts_since_ackreq + 1;
   q.count_tx(payload);
   if (q.rp.limited()) q.rp.on_sent(e.now(), payload + kWireOverhead);
   *last_of_wqe = last;
@@ -364,6 +370,7 @@ bool requester_run(Engine& e, Qp& q, uint32_t budget) noexcept {
         if (q.type == QpType::RC && q.comp.deadline == 0) {
           const uint64_t to = verbs::ack_timeout_ns(q.attr.timeout);
           if (to) q.comp.deadline = e.now() + to;
+          e.timer_arm(q);
         }
         if (last) {
           ++q.req.idx;
@@ -418,6 +425,7 @@ void requester_rewind(Engine& e, Qp& q, uint32_t psn) noexcept {
   if (q.sr) q.sr->req.episode = q.sr->req.pending = false;  // go-back-N resends everything from psn
   const uint64_t to = verbs::ack_timeout_ns(q.attr.timeout);
   q.comp.deadline = to ? e.now() + to : 0;
+  e.timer_arm(q);
   e.req_ready(q);
 }
 

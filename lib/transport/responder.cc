@@ -682,14 +682,14 @@ bool responder_tx(Engine& e, Qp& q, uint32_t budget) noexcept {
       continue;
     }
     if (sent >= budget || !e.tx_room()) return true;
-    wire::Headers h = q.hdr;
-    h.bth.psn = res.cur_psn;
-    h.ext.aeth = {kAckSyndrome, res.msn};
+    wire::PacketFields f;
+    f.psn = res.cur_psn;
+    f.ext.aeth = {kAckSyndrome, res.msn};
     if (res.kind == 2) {
-      h.bth.opcode = wire::op::RC_ATOMIC_ACKNOWLEDGE;
-      h.ext.atomic_orig = res.orig;
-      if (!e.begin_frame(h, 0)) return true;
-      e.end_frame(h, 0);
+      f.opcode = wire::op::RC_ATOMIC_ACKNOWLEDGE;
+      f.ext.atomic_orig = res.orig;
+      if (!e.begin_frame(q.tx, f, 0)) return true;
+      e.end_frame();
       q.count_tx(0);
       res.active = false;
       ++r.emit_tail;
@@ -699,7 +699,7 @@ bool responder_tx(Engine& e, Qp& q, uint32_t budget) noexcept {
       // READ continues with MIDDLE/LAST.
       const bool first = res.cur_psn == res.first_psn, last = res.resid <= q.mtu;
       const uint32_t plen = last ? res.resid : q.mtu;
-      h.bth.opcode = first && last ? wire::op::RC_READ_RESPONSE_ONLY
+      f.opcode = first && last ? wire::op::RC_READ_RESPONSE_ONLY
                      : first       ? wire::op::RC_READ_RESPONSE_FIRST
                      : last        ? wire::op::RC_READ_RESPONSE_LAST
                                    : wire::op::RC_READ_RESPONSE_MIDDLE;
@@ -715,7 +715,9 @@ bool responder_tx(Engine& e, Qp& q, uint32_t budget) noexcept {
           break;
         }
       }
-      if (!e.send_payload(h, src, plen, dma)) return true;
+      uint8_t* dst = e.begin_frame(q.tx, f, plen);
+      if (!dst) return true;
+      e.end_frame_with(dst, src, dma);
       q.count_tx(plen);
       e.count(Ctr::ReadRespSent);
       res.va += plen;
@@ -730,13 +732,13 @@ bool responder_tx(Engine& e, Qp& q, uint32_t budget) noexcept {
   }
   if (r.ack_pending) {
     if (!e.tx_room()) return true;
-    wire::Headers h = q.hdr;
-    h.bth.opcode = wire::op::RC_ACKNOWLEDGE;
-    h.bth.psn = r.ack_psn;
-    h.ext.aeth = {r.ack_syndrome, r.msn};
-    if (r.ack_sr) h.bth.resv7 = static_cast<uint8_t>(h.bth.resv7 | kSrMark);  // go-back NAK to a marked request
-    if (!e.begin_frame(h, 0)) return true;
-    e.end_frame(h, 0);
+    wire::PacketFields f;
+    f.opcode = wire::op::RC_ACKNOWLEDGE;
+    f.psn = r.ack_psn;
+    f.ext.aeth = {r.ack_syndrome, r.msn};
+    if (r.ack_sr) f.resv7 = kSrMark;  // go-back NAK to a marked request
+    if (!e.begin_frame(q.tx, f, 0)) return true;
+    e.end_frame();
     q.count_tx(0);
     if ((r.ack_syndrome & wire::kAethKindMask) == wire::kAethAck) e.count(Ctr::AcksSent);
     r.ack_pending = false;
@@ -753,14 +755,14 @@ bool responder_tx(Engine& e, Qp& q, uint32_t budget) noexcept {
         if (x.bits.test(psn_add(base, j))) bits |= uint64_t{1} << j;
       if (k && !bits) continue;
       if (!e.tx_room()) return true;
-      wire::Headers h = q.hdr;
-      h.bth.opcode = wire::op::RC_ATOMIC_ACKNOWLEDGE;
-      h.bth.psn = r.psn;
-      h.bth.resv7 = static_cast<uint8_t>(h.bth.resv7 | kSrMark);
-      h.ext.aeth = {static_cast<uint8_t>(wire::kAethNak | wire::kNakPsnSeqError), base};
-      h.ext.atomic_orig = bits;
-      if (!e.begin_frame(h, 0)) return true;
-      e.end_frame(h, 0);
+      wire::PacketFields f;
+      f.opcode = wire::op::RC_ATOMIC_ACKNOWLEDGE;
+      f.psn = r.psn;
+      f.resv7 = kSrMark;
+      f.ext.aeth = {static_cast<uint8_t>(wire::kAethNak | wire::kNakPsnSeqError), base};
+      f.ext.atomic_orig = bits;
+      if (!e.begin_frame(q.tx, f, 0)) return true;
+      e.end_frame();
       q.count_tx(0);
       e.count(Ctr::SrSackSent);
       x.dirty = static_cast<uint8_t>(x.dirty & ~(1u << k));

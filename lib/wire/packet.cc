@@ -334,37 +334,146 @@ size_t build_headers(std::span<uint8_t> out, const Headers& h, uint32_t payload_
   return hlen;
 }
 
-size_t finish_frame(std::span<uint8_t> frame, const Headers& h, uint32_t payload_len) noexcept {
-  const size_t hlen = header_len(h);
-  const bool has_payload = kOpcodeTable[h.bth.opcode].flags & kOpPayload;
-  const uint8_t pad = has_payload ? pad_for(payload_len) : 0;
-  const size_t body_end = hlen + payload_len + pad;
+FrameShape frame_shape(const Headers& h) noexcept {
+  FrameShape s;
+  s.l2_len = static_cast<uint16_t>(l2_len(h));
+  s.l3_len = static_cast<uint16_t>(l3_len(h));
+  s.hdr_len = static_cast<uint16_t>(s.l2_len + s.l3_len + sizeof(UdpHdr) + kOpcodeTable[h.bth.opcode].hdr_len);
+  s.ipv6 = h.l3.ipv6;
+  s.payload = kOpcodeTable[h.bth.opcode].flags & kOpPayload;
+  return s;
+}
+
+FrameShape frame_shape(const TxTemplate& t, uint8_t opcode) noexcept {
+  FrameShape s;
+  s.l2_len = t.l2_len;
+  s.l3_len = t.l3_len;
+  s.hdr_len = static_cast<uint16_t>(t.bth_off() + kOpcodeTable[opcode].hdr_len);
+  s.ipv6 = t.ipv6;
+  s.payload = kOpcodeTable[opcode].flags & kOpPayload;
+  return s;
+}
+
+size_t finish_frame(std::span<uint8_t> frame, const FrameShape& s, uint32_t payload_len) noexcept {
+  const uint8_t pad = s.payload ? pad_for(payload_len) : 0;
+  const size_t body_end = size_t{s.hdr_len} + payload_len + pad;
   if (frame.size() < body_end + kIcrcSize) return 0;
   uint8_t* p = frame.data();
-  std::memset(p + hlen + payload_len, 0, pad);
-  const size_t l3 = l2_len(h);
-  const uint32_t c = icrc_compute({p + l3, body_end - l3}, l3_len(h), h.l3.ipv6);
+  std::memset(p + s.hdr_len + payload_len, 0, pad);
+  const uint32_t c = icrc_compute({p + s.l2_len, body_end - s.l2_len}, s.l3_len, s.ipv6);
   icrc_store(p + body_end, c);
   return body_end + kIcrcSize;
 }
 
-size_t finish_frame_ext(std::span<const uint8_t> hdr, const Headers& h, const uint8_t* payload,
+size_t finish_frame(std::span<uint8_t> frame, const Headers& h, uint32_t payload_len) noexcept {
+  return finish_frame(frame, frame_shape(h), payload_len);
+}
+
+size_t finish_frame_ext(std::span<const uint8_t> hdr, const FrameShape& s, const uint8_t* payload,
                         uint32_t payload_len, uint8_t* tail) noexcept {
-  const size_t hlen = header_len(h);
-  const bool has_payload = kOpcodeTable[h.bth.opcode].flags & kOpPayload;
-  const uint8_t pad = has_payload ? pad_for(payload_len) : 0;
-  const size_t l3 = l2_len(h);
-  if (hdr.size() < hlen || hlen <= l3) return 0;
+  const uint8_t pad = s.payload ? pad_for(payload_len) : 0;
+  const size_t l3 = s.l2_len;
+  if (hdr.size() < s.hdr_len || s.hdr_len <= l3) return 0;
   // The masked part (IP, UDP, BTH) then the extension headers, as icrc_compute does.
-  const size_t ip_len = l3_len(h);
-  IcrcState c = icrc_begin(hdr.data() + l3, ip_len, h.l3.ipv6);
-  const size_t masked_end = l3 + ip_len + 8 + 12;  // IP + UDP + BTH
-  icrc_update(c, hdr.data() + masked_end, hlen - masked_end);
+  IcrcState c = icrc_begin(hdr.data() + l3, s.l3_len, s.ipv6);
+  const size_t masked_end = l3 + s.l3_len + 8 + 12;  // IP + UDP + BTH
+  icrc_update(c, hdr.data() + masked_end, s.hdr_len - masked_end);
   if (payload_len) icrc_update(c, payload, payload_len);
   for (uint8_t i = 0; i < pad; ++i) tail[i] = 0;
   if (pad) icrc_update(c, tail, pad);
   icrc_store(tail + pad, icrc_finish(c));
   return size_t{pad} + kIcrcSize;
+}
+
+size_t finish_frame_ext(std::span<const uint8_t> hdr, const Headers& h, const uint8_t* payload,
+                        uint32_t payload_len, uint8_t* tail) noexcept {
+  return finish_frame_ext(hdr, frame_shape(h), payload, payload_len, tail);
+}
+
+void make_template(TxTemplate& t, const Headers& h) noexcept {
+  t = TxTemplate{};
+  Headers b = h;
+  b.bth.opcode = op::RC_ACKNOWLEDGE;  // any valid opcode: only Ethernet .. BTH are kept
+  b.bth.se = false;
+  b.bth.pad = 0;
+  b.bth.ackreq = false;
+  b.bth.resv7 = 0;
+  b.bth.psn = 0;
+  uint8_t tmp[kTemplateBytes + 8];
+  build_headers({tmp, sizeof(tmp)}, b, 0);
+  t.l2_len = static_cast<uint8_t>(l2_len(h));
+  t.l3_len = static_cast<uint8_t>(l3_len(h));
+  t.ipv6 = h.l3.ipv6;
+  t.src = h.l3.src;
+  t.dst = h.l3.dst;
+  const size_t bth = t.bth_off();
+  std::memcpy(t.bytes, tmp, bth + sizeof(Bth));
+  uint8_t* ip = t.bytes + t.l2_len;
+  if (t.ipv6) {
+    ip[4] = ip[5] = 0;  // payload length
+  } else {
+    ip[2] = ip[3] = ip[10] = ip[11] = 0;  // total length, checksum
+    uint32_t sum = 0;
+    for (size_t i = 0; i < sizeof(Ipv4Hdr); i += 2) {
+      uint16_t w;
+      std::memcpy(&w, ip + i, 2);
+      sum += w;
+    }
+    t.ip_sum = sum;
+  }
+  uint8_t* udp = ip + t.l3_len;
+  udp[4] = udp[5] = 0;  // length
+  t.bytes[bth] = 0;     // opcode
+  t.bth_flags = static_cast<uint8_t>(t.bytes[bth + 1] & 0x4F);  // MigReq, TVer
+  t.bytes[bth + 1] = 0;
+  std::memset(t.bytes + bth + 8, 0, 4);  // AckReq, resv7, PSN
+}
+
+void apply_fields(Headers& h, const PacketFields& f) noexcept {
+  h.bth.opcode = f.opcode;
+  h.bth.se = f.se;
+  h.bth.ackreq = f.ackreq;
+  h.bth.resv7 = f.resv7;
+  h.bth.psn = f.psn;
+  h.ext = f.ext;
+}
+
+size_t build_headers(std::span<uint8_t> out, const TxTemplate& t, const PacketFields& f, uint32_t payload_len) noexcept {
+  const OpcodeInfo& op = kOpcodeTable[f.opcode];
+  if (!op.valid()) return 0;
+  const size_t bth = t.bth_off();
+  const size_t hlen = bth + op.hdr_len;
+  uint8_t* p = out.data();
+  if (out.size() >= kTemplateBytes) {
+    std::memcpy(p, t.bytes, kTemplateBytes);  // a fixed size: a few vector moves
+  } else {
+    if (out.size() < hlen) return 0;
+    std::memcpy(p, t.bytes, bth + sizeof(Bth));
+  }
+  const uint8_t pad = (op.flags & kOpPayload) ? pad_for(payload_len) : 0;
+  const uint32_t udp_len = static_cast<uint32_t>(sizeof(UdpHdr) + op.hdr_len + payload_len + pad + kIcrcSize);
+  uint8_t* ip = p + t.l2_len;
+  if (t.ipv6) {
+    const uint16_t v = htobe16(static_cast<uint16_t>(udp_len));
+    std::memcpy(ip + 4, &v, 2);
+  } else {
+    const uint16_t tot = htobe16(static_cast<uint16_t>(sizeof(Ipv4Hdr) + udp_len));
+    std::memcpy(ip + 2, &tot, 2);
+    uint32_t sum = t.ip_sum + tot;
+    sum = (sum & 0xFFFF) + (sum >> 16);
+    sum = (sum & 0xFFFF) + (sum >> 16);
+    const auto cs = static_cast<uint16_t>(~sum);
+    std::memcpy(ip + 10, &cs, 2);
+  }
+  const uint16_t ul = htobe16(static_cast<uint16_t>(udp_len));
+  std::memcpy(ip + t.l3_len + 4, &ul, 2);
+  uint8_t* b = p + bth;
+  b[0] = f.opcode;
+  b[1] = static_cast<uint8_t>(t.bth_flags | (f.se ? 0x80 : 0) | (pad << 4));
+  const uint32_t a_psn = htobe32((f.ackreq ? 0x80000000u : 0u) | (uint32_t{f.resv7 & 0x7Fu} << 24) | (f.psn & kMask24));
+  std::memcpy(b + 8, &a_psn, 4);
+  encode_ext(b, op, f.ext);
+  return hlen;
 }
 
 size_t build_frame(std::span<uint8_t> out, const Headers& h, std::span<const uint8_t> payload) noexcept {

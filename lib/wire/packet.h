@@ -156,6 +156,77 @@ size_t finish_frame_ext(std::span<const uint8_t> hdr, const Headers& h, const ui
 // build_headers + payload copy + finish_frame. Returns the frame length or 0.
 size_t build_frame(std::span<uint8_t> out, const Headers& h, std::span<const uint8_t> payload) noexcept;
 
+// ---- Building from a prebuilt header (connected QPs) ----------------------
+// What changes from one packet of a connected QP to the next: the BTH's
+// opcode, SE, AckReq, resv7 and PSN, and the extension headers. The rest of
+// the BTH (P_Key, destination QP, MigReq, TVer, FECN/BECN) and everything
+// below it come from the QP's TxTemplate.
+struct PacketFields {
+  uint8_t opcode = 0;
+  bool se = false;
+  bool ackreq = false;
+  uint8_t resv7 = 0;
+  uint32_t psn = 0;
+  ExtFields ext;
+};
+
+// Ethernet [+ 802.1Q] + IPv6 + UDP + BTH = 78 bytes at most.
+inline constexpr size_t kTemplateBytes = 80;
+
+// A connected QP's header bytes, built once when its path is set (RTR, or a
+// change of ECN marking): Ethernet .. BTH with the lengths, the IPv4 checksum
+// and the per-packet BTH fields zero. A packet copies them and patches those
+// in: the IPv4 checksum incrementally from the sum of the fixed words.
+struct TxTemplate {
+  alignas(16) uint8_t bytes[kTemplateBytes]{};
+  Gid src{};  // the path's addresses (IPv4-mapped for IPv4), for checks on receive
+  Gid dst{};
+  uint32_t ip_sum = 0;  // IPv4: ones' complement sum of the header's 16-bit words as they lie in memory
+  uint8_t l2_len = 0;   // Ethernet [+ 802.1Q]
+  uint8_t l3_len = 0;   // IPv4 or IPv6 header
+  bool ipv6 = false;
+  uint8_t bth_flags = 0;  // the BTH's MigReq and TVer bits
+
+  size_t bth_off() const noexcept { return size_t{l2_len} + l3_len + 8; }
+  uint8_t tos() const noexcept {  // IPv4 TOS or IPv6 traffic class
+    const uint8_t* ip = bytes + l2_len;
+    return ipv6 ? static_cast<uint8_t>((ip[0] & 0x0F) << 4 | ip[1] >> 4) : ip[1];
+  }
+  MacAddr src_mac() const noexcept {
+    MacAddr m;
+    for (size_t i = 0; i < m.size(); ++i) m[i] = bytes[6 + i];
+    return m;
+  }
+};
+
+// The template of h's Ethernet .. UDP fields and its BTH's fixed fields.
+void make_template(TxTemplate& t, const Headers& h) noexcept;
+// f applied to h's BTH and extension headers (h's addressing is left as is).
+void apply_fields(Headers& h, const PacketFields& f) noexcept;
+
+// Where a frame's parts lie: enough to finish it (pad + ICRC).
+struct FrameShape {
+  uint16_t l2_len = 0;
+  uint16_t l3_len = 0;
+  uint16_t hdr_len = 0;  // Ethernet .. last extension header
+  bool ipv6 = false;
+  bool payload = false;  // the opcode carries a payload (and so a pad count)
+};
+FrameShape frame_shape(const Headers& h) noexcept;
+FrameShape frame_shape(const TxTemplate& t, uint8_t opcode) noexcept;
+inline size_t frame_len(const FrameShape& s, uint32_t payload_len) noexcept {
+  return size_t{s.hdr_len} + payload_len + (s.payload ? ((4 - (payload_len & 3)) & 3) : 0) + kIcrcSize;
+}
+
+// build_headers from a template: the same bytes as build_headers of the
+// Headers the template was made from with f applied. Returns the header length
+// or 0 (out too small, invalid opcode).
+size_t build_headers(std::span<uint8_t> out, const TxTemplate& t, const PacketFields& f, uint32_t payload_len) noexcept;
+// finish_frame / finish_frame_ext for a frame of the given shape.
+size_t finish_frame(std::span<uint8_t> frame, const FrameShape& s, uint32_t payload_len) noexcept;
+size_t finish_frame_ext(std::span<const uint8_t> hdr, const FrameShape& s, const uint8_t* payload,
+                        uint32_t payload_len, uint8_t* tail) noexcept;
+
 inline constexpr uint8_t pad_for(uint32_t payload_len) noexcept {
   return static_cast<uint8_t>((4 - (payload_len & 3)) & 3);
 }

@@ -445,6 +445,8 @@ TEST_CASE("[port] dcqcn and [port.dcqcn_params]: NVIDIA's defaults, every key re
   CHECK(d.hai_rate_mbps == 50);
   CHECK(d.min_rate_mbps == 1);
   CHECK(d.min_dec_fac_pct == 50);
+  CHECK(d.clamp_tgt_rate == 0);
+  CHECK(d.stall_hold_us == 0);
   CHECK(d.min_time_between_cnps_us == 4);
   CHECK(d.cnp_dscp == 48);
   CHECK(d.cnp_prio == 6);

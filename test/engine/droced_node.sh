@@ -90,8 +90,8 @@ dcqcn_is() {  # dcqcn_is PYTHON_CONDITION on d (the port's settings)
   "$CTL" -s "$SOCK" --json dcqcn get -p vd | python3 -c "import json,sys; d=json.load(sys.stdin)['vd']; sys.exit(0 if ($1) else 1)"
 }
 check "dcqcn get shows the config (dcqcn on, ai 7, NVIDIA defaults)" dcqcn_is "d['dcqcn'] and d['ecn'] and d['cnp'] and d['ai_rate_mbps'] == 7 and d['hai_rate_mbps'] == 50 and d['min_time_between_cnps_us'] == 4 and d['cnp_dscp'] == 48 and d['cnp_prio'] == 6 and d['cnp_sent'] == 0"
-check "dcqcn set changes a port at run time" "$CTL" -s "$SOCK" dcqcn set -p vd --dcqcn off --ai_rate_mbps 9 --cnp_dscp 40
-check "dcqcn get shows the new settings" dcqcn_is "not d['dcqcn'] and d['ai_rate_mbps'] == 9 and d['cnp_dscp'] == 40 and d['alpha_g'] == 1019"
+check "dcqcn set changes a port at run time" "$CTL" -s "$SOCK" dcqcn set -p vd --dcqcn off --ai_rate_mbps 9 --cnp_dscp 40 --clamp_tgt_rate 1
+check "dcqcn get shows the new settings" dcqcn_is "not d['dcqcn'] and d['ai_rate_mbps'] == 9 and d['cnp_dscp'] == 40 and d['alpha_g'] == 1019 and d['clamp_tgt_rate'] == 1"
 check "dcqcn set refuses a value out of range" bash -c "! '$CTL' -s '$SOCK' dcqcn set -p vd --alpha_g 2000 && '$CTL' -s '$SOCK' dcqcn set -p vd --alpha_g 2000 2>&1 | grep -q 'alpha_g: 2000 is out of range 0..1024'"
 check "dcqcn set refuses inconsistent rates" bash -c "'$CTL' -s '$SOCK' dcqcn set -p vd --min_rate_mbps 200000 2>&1 | grep -q 'min_rate_mbps (200000) is above line_rate_mbps (100000)'"
 check "dcqcn set refuses an unknown key and port" bash -c "'$CTL' -s '$SOCK' call 'dcqcn set' '{\"port\": \"vd\", \"foo\": 1}' 2>&1 | grep -q 'foo: unknown key' && '$CTL' -s '$SOCK' dcqcn set -p nope --ecn off 2>&1 | grep -q \"no port 'nope'\""

@@ -284,6 +284,44 @@ Run marked_write(bool dcqcn) {
 }
 }  // namespace
 
+TEST_CASE("dcqcn: stall_hold_ns: a gap past it between calls is not time; a shorter one is") {
+  Params p = small(100'000);
+  p.stall_hold_ns = 1'000'000;  // 1 ms
+  ReactionPoint held(p);
+  held.on_cnp(0);  // 100000 - 100000*511/1024 = 50098; the timer is due at 300 us
+  REQUIRE(held.current_kbps() == 50'098);
+  held.advance(100'000);
+  const uint32_t alpha = held.alpha();
+  CHECK(alpha < 1023);
+  held.advance(20'100'000);  // 20 ms without a call: held, every clock moves by 20 ms
+  CHECK(held.counters().stalls == 1);
+  CHECK(held.counters().increases == 0);
+  CHECK(held.current_kbps() == 50'098);
+  CHECK(held.alpha() == alpha);
+  CHECK(held.limited());
+  held.advance(20'300'000);  // the timer, 300 us of counted time after the CNP: halfway to 100000, rounded up
+  CHECK(held.counters().increases == 1);
+  CHECK(held.current_kbps() == 75'049);
+
+  // A gap under the hold counts: timer events at 300, 600 and 900 us.
+  ReactionPoint short_gap(p);
+  short_gap.on_cnp(0);
+  short_gap.advance(100'000);
+  short_gap.advance(1'000'000);
+  CHECK(short_gap.counters().stalls == 0);
+  CHECK(short_gap.counters().increases == 3);
+
+  // Without the hold (NVIDIA's behaviour, the default) the 20 ms run the
+  // timer's recovery all the way back to the line rate.
+  ReactionPoint counted(small(100'000));
+  counted.on_cnp(0);
+  counted.advance(100'000);
+  counted.advance(20'100'000);
+  CHECK(counted.counters().stalls == 0);
+  CHECK(counted.current_kbps() == 100'000);
+  CHECK_FALSE(counted.limited());
+}
+
 TEST_CASE("dcqcn: CNPs slow a marked RC sender end to end; without DCQCN they are only counted") {
   const Run off = marked_write(false);
   const Run on = marked_write(true);

@@ -377,6 +377,60 @@ TEST_CASE("features: 300 QPs under loss with timers round robin", "[features]") 
   CHECK(named == static_cast<size_t>(Ctr::kCount));
 }
 
+TEST_CASE("features: ACK timeouts fire on time on 2048 QPs from the timer wheel alone", "[features]") {
+  // Each QP's timer is due within a tick of its time, however many QPs there
+  // are (a round-robin scan of 64 QPs every 2 us would take 64 us to reach them
+  // all). The backstop sweep is off, so the wheel is all that fires them.
+  EngineConfig cfg;
+  cfg.timer_sweep_ns = UINT64_MAX / 2;
+  cfg.max_qps = 8192;
+  World w(15, 2, cfg);
+  constexpr int kQps = 2048;
+  QpOpts o;
+  o.timeout = 4;  // 65.5 us
+  o.retry_cnt = 2;
+  o.max_send_wr = 2;
+  o.max_recv_wr = 2;
+  Node& A = *w.node[0];
+  Node& B = *w.node[1];
+  memlink::Faults f;
+  f.loss = 1.0;  // nothing A sends arrives
+  A.port.set_faults(f);
+  auto& src = A.buffer(64);
+  auto& dst = B.buffer(64);
+  std::vector<uint32_t> qps;
+  for (int i = 0; i < kQps; ++i) qps.push_back(w.connect(0, 1, QpType::RC, o).first);
+  const uint64_t t0 = w.clock.now_ns();
+  for (int i = 0; i < kQps; ++i) {
+    SendWr wr = make_wr(i, WrOpcode::RdmaWrite, src, 0, 64);
+    wr.rdma = {dst.addr(), dst.key};
+    REQUIRE(A.eng->post_send(qps[i], wr) == 0);
+  }
+  A.eng->poll(t0);
+  for (int k = 0; k < 64 && A.eng->poll(t0); ++k) {
+  }
+  REQUIRE(A.eng->counter(Ctr::TxFrames) >= kQps);  // every first transmission left at t0
+  const uint64_t to = ack_timeout_ns(o.timeout);
+  auto timed_out = [&] {
+    int n = 0;
+    for (uint32_t q : qps) n += A.eng->qp(q)->ctr.timeouts >= 1;
+    return n;
+  };
+  // Just before the deadline nothing has fired; two ticks (of at most
+  // timer_scan_ns) after it, every QP has.
+  for (uint64_t t = t0; t < t0 + to - 1; t += 500) A.eng->poll(t);
+  CHECK(timed_out() == 0);
+  const uint64_t late = 2 * A.eng->config().timer_scan_ns;
+  for (uint64_t t = t0 + to - 1; t <= t0 + to + late; t += 250) A.eng->poll(t);
+  CHECK(timed_out() == kQps);
+  // The second timeout (after the retransmission) is on time too.
+  const uint64_t t1 = t0 + to + late;
+  for (uint64_t t = t1; t <= t1 + to + late; t += 250) A.eng->poll(t);
+  int twice = 0;
+  for (uint32_t q : qps) twice += A.eng->qp(q)->ctr.timeouts >= 2;
+  CHECK(twice == kQps);
+}
+
 namespace {
 // A backend that takes at most `per_call` frames per tx_burst (like a full NIC ring).
 class ThrottledIo final : public io::PacketIo {

@@ -903,7 +903,7 @@ TEST_CASE("protocol: CNP DSCP, CNP interval, ECT and DCQCN changed at run time b
   const Frame* cnp = cnp_of(out);
   REQUIRE(cnp);
   CHECK(cnp->v.h.l3.tos == 48 << 2);  // NVIDIA's CNP DSCP, not ECN-capable
-  CHECK((p.q().hdr.l3.tos & wire::kEcnMask) == wire::kEcnEct0);
+  CHECK((p.q().tx.tos() & wire::kEcnMask) == wire::kEcnEct0);
 
   // A CNP to the DUT with DCQCN on limits its QP's rate.
   transport::EngineConfig c = p.dut.eng->config();
@@ -922,7 +922,7 @@ TEST_CASE("protocol: CNP DSCP, CNP interval, ECT and DCQCN changed at run time b
   c.dcqcn_params.ai_rate_kbps = 7'000;
   p.dut.eng->set_cc(c);
   CHECK(p.dut.eng->config().cnp_dscp == 10);
-  CHECK((p.q().hdr.l3.tos & wire::kEcnMask) == wire::kEcnNotEct);  // the connected QP's template follows
+  CHECK((p.q().tx.tos() & wire::kEcnMask) == wire::kEcnNotEct);  // the connected QP's template follows
   CHECK_FALSE(p.q().rp.limited());                                  // its reaction point restarted
   CHECK(p.q().rp.params().ai_rate_kbps == 7'000);
   // cnp off: CE is still counted but answered with no CNP.

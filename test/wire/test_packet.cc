@@ -348,3 +348,73 @@ TEST_CASE("finish_frame_ext: headers, payload elsewhere and tail make the frame 
           }
         }
 }
+
+TEST_CASE("build_headers from a QP's template makes the bytes build_headers makes from the whole Headers",
+          "[wire][packet][template]") {
+  uint64_t rng = 0x9E3779B97F4A7C15ull;
+  auto next = [&rng] {
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return rng;
+  };
+  size_t checked = 0;
+  for (bool ipv6 : {false, true})
+    for (bool vlan : {false, true})
+      for (bool mig : {false, true}) {
+        Headers path = make_headers(op::RC_SEND_ONLY, ipv6, vlan);
+        path.bth.mig = mig;
+        path.l3.ip_id = 0;  // as a connected QP sends
+        TxTemplate t;
+        make_template(t, path);
+        CHECK(t.src == path.l3.src);
+        CHECK(t.dst == path.l3.dst);
+        CHECK(t.src_mac() == path.l2.src);
+        CHECK(t.tos() == path.l3.tos);
+        for (unsigned opc = 0; opc < 256; ++opc) {
+          if (!opcode_info(static_cast<uint8_t>(opc)).valid()) continue;
+          for (uint32_t plen : {0u, 1u, 3u, 4u, 61u, 1024u, 4093u}) {
+            if (!(opcode_info(static_cast<uint8_t>(opc)).flags & kOpPayload) && plen) continue;
+            PacketFields f;
+            f.opcode = static_cast<uint8_t>(opc);
+            f.se = next() & 1;
+            f.ackreq = next() & 1;
+            f.resv7 = static_cast<uint8_t>(next() & 0x7F);
+            f.psn = static_cast<uint32_t>(next() & 0xFFFFFF);
+            f.ext.reth = {next(), static_cast<uint32_t>(next()), static_cast<uint32_t>(next())};
+            f.ext.aeth = {static_cast<uint8_t>(next()), static_cast<uint32_t>(next() & 0xFFFFFF)};
+            f.ext.atomic = {next(), static_cast<uint32_t>(next()), next(), next()};
+            f.ext.atomic_orig = next();
+            f.ext.deth = {static_cast<uint32_t>(next()), 0, static_cast<uint32_t>(next() & 0xFFFFFF)};
+            f.ext.imm = static_cast<uint32_t>(next());
+            f.ext.ieth_rkey = static_cast<uint32_t>(next());
+            Headers h = path;
+            apply_fields(h, f);
+            const auto payload = pattern(plen);
+            std::vector<uint8_t> want(frame_len(h, plen));
+            REQUIRE(build_frame(want, h, payload) == want.size());
+            const FrameShape s = frame_shape(t, f.opcode);
+            REQUIRE(frame_len(s, plen) == want.size());
+            // A buffer with room to spare (the fixed-size copy) and one of the exact size.
+            for (size_t room : {want.size() + 128, want.size()}) {
+              std::vector<uint8_t> got(room, 0xEE);
+              const size_t hl = build_headers(got, t, f, plen);
+              REQUIRE(hl == header_len(h));
+              std::memcpy(got.data() + hl, payload.data(), plen);
+              REQUIRE(finish_frame(got, s, plen) == want.size());
+              got.resize(want.size());
+              CHECK(got == want);
+              ++checked;
+            }
+          }
+        }
+      }
+  CHECK(checked > 500);
+  // An opcode that does not exist builds nothing.
+  TxTemplate t;
+  make_template(t, make_headers(op::RC_SEND_ONLY, false, false));
+  PacketFields bad;
+  bad.opcode = 0x15;
+  std::vector<uint8_t> out(256);
+  CHECK(build_headers(out, t, bad, 0) == 0);
+}
