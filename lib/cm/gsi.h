@@ -91,6 +91,9 @@ class Gsi final : public Agent::Io {
   // Reaps both CQs: each MAD received goes to the handler, its buffer is
   // reposted; each send completion frees its buffer. Returns completions seen.
   uint32_t poll() noexcept;
+  // True when poll() has nothing to do (no completion on either CQ): a check
+  // of two ring indexes, for a caller that polls on every turn of a busy loop.
+  bool idle() const noexcept { return !open_ || (rcq_->pending() == 0 && scq_->pending() == 0); }
 
   // Agent::Io. `local` is where the peer's answer should go; the engine sends
   // from its source address for `remote`'s family (Engine::source_gid), which

@@ -32,6 +32,9 @@
 #     programs on one CPU run in the scheduler's time slices; printed, not a
 #     measure of the shim)
 # Latency is the typical half round trip (t_typical), as perftest prints it.
+# A/B runs: BENCH_DROCED / BENCH_FRONT name another droced binary / drop-in
+# directory; BENCH_CASES picks cases (default "bw sl wl"); BENCH_NO_EMBEDDED=1
+# skips the embedded runs (their columns then read 0).
 # BENCH_SHIM_PERF=DIR: also `perf record` droced and the ib_write_bw client
 # during the first shim round (DIR/droced.data, DIR/client.data).
 set -uo pipefail
@@ -40,9 +43,10 @@ secs=${2:-3}
 rounds=${3:-3}
 here=$(cd "$(dirname "$0")" && pwd)
 perf=$build/app/droce-perf/droce-perf
-droced=$build/app/droced/droced
+droced=${BENCH_DROCED:-$build/app/droced/droced}
 ctlbin=$build/app/droce-ctl/droce-ctl
-front=$build/lib/shim/front
+front=${BENCH_FRONT:-$build/lib/shim/front}
+cases=${BENCH_CASES:-bw sl wl}
 ns=droce-bsm-$$
 tmp=$(mktemp -d)
 dpid=
@@ -146,32 +150,40 @@ shim_pair() {
   "$ctlbin" -s "$tmp/ctl.sock" counters --get port.ma.rx_packets >"$tmp/frames" 2>/dev/null || true
   droced_down
 }
-col() { awk -v c="$2" '$1 ~ /^[0-9]+$/ && NF >= 5 {print $c}' "$1" | tail -1; }
+col() { [ -f "$1" ] && awk -v c="$2" '$1 ~ /^[0-9]+$/ && NF >= 5 {print $c}' "$1" | tail -1; }
 stats() {  # median and range of the space-separated values on stdin
   tr ' ' '\n' | grep -v '^$' | sort -g |
     awk '{a[NR]=$1} END {if (NR == 0) print "0 0 0"; else print a[int((NR + 1) / 2)], a[1], a[NR]}'
 }
 
 declare -A v
+emb() { [ "${BENCH_NO_EMBEDDED:-0}" = 1 ] || droce_perf_run "$@"; }
+has() { [[ " $cases " == *" $1 "* ]]; }
 for r in $(seq 1 "$rounds"); do
-  droce_perf_run "$tmp/e-bw.log" 1 write_bw -s 64 -D "$secs" -t 128
-  v[ebw]+=" $(col "$tmp/e-bw.log" 4)"
-  shim_pair "$tmp/s-bw.log" ib_write_bw -s 64 -D "$secs" -t 128
-  v[sbw]+=" $(col "$tmp/s-bw.log" 5)"
-  [ "$r" = 1 ] && frames=$(cat "$tmp/frames" 2>/dev/null)
-  droce_perf_run "$tmp/e-sl.log" 1 send_lat -s 8 -n 20000
-  v[esl]+=" $(col "$tmp/e-sl.log" 5)"
-  shim_pair "$tmp/s-sl.log" ib_send_lat -s 8 -n 20000
-  v[ssl]+=" $(col "$tmp/s-sl.log" 5)"
-  droce_perf_run "$tmp/e-wl.log" 1 write_lat -s 8 -n 20000
-  v[ewl]+=" $(col "$tmp/e-wl.log" 5)"
-  shim_pair "$tmp/s-wl.log" ib_write_lat -s 8 -n 2000
-  v[swl]+=" $(col "$tmp/s-wl.log" 5)"
+  if has bw; then
+    emb "$tmp/e-bw.log" 1 write_bw -s 64 -D "$secs" -t 128
+    v[ebw]+=" $(col "$tmp/e-bw.log" 4)"
+    shim_pair "$tmp/s-bw.log" ib_write_bw -s 64 -D "$secs" -t 128
+    v[sbw]+=" $(col "$tmp/s-bw.log" 5)"
+    [ "$r" = 1 ] && frames=$(cat "$tmp/frames" 2>/dev/null)
+  fi
+  if has sl; then
+    emb "$tmp/e-sl.log" 1 send_lat -s 8 -n 20000
+    v[esl]+=" $(col "$tmp/e-sl.log" 5)"
+    shim_pair "$tmp/s-sl.log" ib_send_lat -s 8 -n 20000
+    v[ssl]+=" $(col "$tmp/s-sl.log" 5)"
+  fi
+  if has wl; then
+    emb "$tmp/e-wl.log" 1 write_lat -s 8 -n 20000
+    v[ewl]+=" $(col "$tmp/e-wl.log" 5)"
+    shim_pair "$tmp/s-wl.log" ib_write_lat -s 8 -n 2000
+    v[swl]+=" $(col "$tmp/s-wl.log" 5)"
+  fi
 done
 csv=$build/bench-shim-memif.csv
 echo "case,shim,shim_min,shim_max,embedded,embedded_min,embedded_max,unit,ratio" >"$csv"
 {
-  for k in bw sl wl; do echo "$k $(stats <<<"${v[s$k]}") $(stats <<<"${v[e$k]}")"; done
+  for k in $cases; do echo "$k $(stats <<<"${v[s$k]}") $(stats <<<"${v[e$k]}")"; done
 } | awk -v secs="$secs" -v rounds="$rounds" -v csv="$csv" -v frames="${frames:-?}" '
 BEGIN {
   name["bw"] = "64 B RC WRITE message rate"; unit["bw"] = "Mpps"

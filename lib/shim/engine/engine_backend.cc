@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 
@@ -793,6 +794,23 @@ void publish_done(RingConsumer<droce_shm_recv_wqe>& ring, uint32_t& last, uint32
   last = done;
   recv_ring_set_done(ring.hdr(), done);
 }
+// Copies the used part of the next send WQE out of the shared slot: its
+// 64 bytes of fields, then only the SGEs (or inline bytes) its own copied
+// count names (bounded by the entry), not the whole 192-byte entry. What is
+// validated and posted is this copy only.
+void copy_send_wqe(const droce_shm_send_wqe* src, droce_shm_send_wqe& w) noexcept {
+  std::memcpy(static_cast<void*>(&w), static_cast<const void*>(src), offsetof(droce_shm_send_wqe, u));
+  const size_t body = (w.send_flags & DROCE_SEND_INLINE)
+                          ? std::min<size_t>(w.inline_len, DROCE_SHM_MAX_INLINE)
+                          : std::min<size_t>(w.num_sge, DROCE_SHM_MAX_SGE) * sizeof(droce_shm_sge);
+  std::memcpy(static_cast<void*>(&w.u), static_cast<const void*>(&src->u), body);
+}
+// The same for a receive WQE: its 16 bytes of fields, then the SGEs it names.
+void copy_recv_wqe(const droce_shm_recv_wqe* src, droce_shm_recv_wqe& w) noexcept {
+  std::memcpy(static_cast<void*>(&w), static_cast<const void*>(src), offsetof(droce_shm_recv_wqe, sge));
+  const size_t n = std::min<size_t>(w.num_sge, DROCE_SHM_MAX_SGE);
+  std::memcpy(static_cast<void*>(w.sge), static_cast<const void*>(src->sge), n * sizeof(droce_shm_sge));
+}
 void to_recv_wr(const droce_shm_recv_wqe& w, verbs::RecvWr& r) noexcept {
   r.wr_id = w.wr_id;
   r.num_sge = w.num_sge;
@@ -819,15 +837,15 @@ void EngineShimBackend::check_async(Core& k, Qp& q, verbs::QpState st) noexcept 
 uint32_t EngineShimBackend::drain_rq(Core& k, Qp& q, verbs::QpState st) noexcept {
   const uint32_t n = std::min(q.rq.available(), kBatch);
   uint32_t i = 0;
+  verbs::RecvWr r;  // one per batch: to_recv_wr sets every field post_recv reads
   for (; i < n; ++i) {
     droce_shm_recv_wqe w;
-    q.rq.copy(i, &w);  // copy out first: the client can still write the slot
+    copy_recv_wqe(q.rq.slot(i), w);  // copy out first: the client can still write the slot
     if (st == verbs::QpState::Reset) continue;  // RESET drops what is posted
     if (w.num_sge > q.max_recv_sge) {
       qp_error(k, q, q.rcq->ecq, w.wr_id, verbs::WcStatus::LocLenErr, false);
       continue;
     }
-    verbs::RecvWr r;
     to_recv_wr(w, r);
     const int rc = q.eng->post_recv(q.qpn, r);
     if (rc == ENOMEM) break;  // engine RQ full: the rest waits in the ring
@@ -840,11 +858,14 @@ uint32_t EngineShimBackend::drain_rq(Core& k, Qp& q, verbs::QpState st) noexcept
 uint32_t EngineShimBackend::drain_sq(Core& k, Qp& q) noexcept {
   const uint32_t n = std::min(q.sq.available(), kBatch);
   uint32_t i = 0;
+  // One per batch, not one value-initialised per WQE: every field the engine
+  // reads for the WQE's opcode and QP type is set below (the SGEs in use,
+  // the bind part for BIND_MW, the UD part on a UD QP).
+  verbs::SendWr s;
   for (; i < n; ++i) {
     droce_shm_send_wqe w;
-    q.sq.copy(i, &w);  // copy out first, then validate our copy
+    copy_send_wqe(q.sq.slot(i), w);  // copy out first, then validate our copy
     if (q.eqp->state == verbs::QpState::Reset) continue;
-    verbs::SendWr s;
     s.wr_id = w.wr_id;
     s.send_flags = w.send_flags & (verbs::kSendFence | verbs::kSendSignaled | verbs::kSendSolicited |
                                    verbs::kSendInline);
@@ -943,14 +964,14 @@ uint32_t EngineShimBackend::drain_srq(Core& k, Srq& s) noexcept {
   if (s.dead) return 0;
   const uint32_t n = std::min(s.ring.available(), kBatch);
   uint32_t i = 0;
+  verbs::RecvWr r;  // one per batch, as in drain_rq
   for (; i < n; ++i) {
     droce_shm_recv_wqe w;
-    s.ring.copy(i, &w);
+    copy_recv_wqe(s.ring.slot(i), w);
     if (w.num_sge > s.max_sge) {  // no QP to fail: dropped and counted
       k.bad_wqes.add(1);
       continue;
     }
-    verbs::RecvWr r;
     to_recv_wr(w, r);
     if (s.eng->post_srq_recv(s.esrq, r) == ENOMEM) break;
   }

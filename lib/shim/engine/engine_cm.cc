@@ -22,10 +22,13 @@ struct EngineCmBackend::Port {
   uint64_t next_tick = 0;
   uint64_t tick_ns = 1'000'000;
   uint64_t poller = 0;
+  uint32_t turns = 0;  // of the poller, for kCmClockTurns
   bool has_poller = false;
 };
 
 namespace {
+// The CM poller reads the clock on one turn of the core loop in this many.
+constexpr uint32_t kCmClockTurns = 16;
 // The IB MTU (enum) the port's link carries: Ethernet MTU 1500 carries 1024.
 uint8_t link_max_mtu(uint32_t eth_mtu) {
   return eth_mtu >= 4200 ? 5 : eth_mtu >= 2100 ? 4 : 3;
@@ -118,8 +121,13 @@ void EngineCmBackend::open_ports(const config::Config& cfg, const EngineCmConfig
       throw std::runtime_error("cm: cannot open QP1 on port " + std::to_string(p) + ": " +
                                std::strerror(ran ? *rc : ETIMEDOUT));
     const io::Clock* clock = &dp.clock();
+    // On every turn of the home core's loop, beside the data path: QP1's CQs
+    // are looked at (two indexes) and reaped only when they hold completions,
+    // and the clock is read for the Agent's tick on one turn in kCmClockTurns
+    // (the tick is 1 ms; a turn is well under a microsecond when busy).
     raw->poller = dp.add_poller(raw->core, [raw, clock]() -> uint32_t {
-      uint32_t work = raw->gsi->poll();
+      const uint32_t work = raw->gsi->idle() ? 0 : raw->gsi->poll();
+      if (++raw->turns % kCmClockTurns != 0) return work;
       const uint64_t now = clock->now_ns();
       if (now >= raw->next_tick) {
         raw->next_tick = now + raw->tick_ns;
