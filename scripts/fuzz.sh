@@ -46,6 +46,7 @@ rc=0
 corpus="$DROCE_ROOT/$dir/corpus-parse"
 mkdir -p "$corpus"
 python3 "$here/pcap-to-corpus.py" "$corpus" "$DROCE_ROOT"/test/data/*.pcap >/dev/null
+cp -n "$DROCE_ROOT"/test/fuzz/corpus/fuzz_parse/* "$corpus"/ 2>/dev/null || true  # inputs that once failed
 run_target fuzz_parse "$corpus" -max_len=9100 || rc=1
 
 # The engine fuzzer works on a copy of the corpus kept in the tree (new units

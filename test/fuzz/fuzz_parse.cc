@@ -1,7 +1,8 @@
 // libFuzzer target for the RoCEv2 frame parser. Any input: no crash, no read
 // outside the buffer, no sanitizer report. For inputs that parse, building the
 // frame again from the decoded fields must give bytes that parse to the same
-// fields (and, with the ICRC verified, the same bytes).
+// fields (and, with the ICRC verified, the same bytes, but for pad and reserved
+// bytes a receiver ignores).
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -34,6 +35,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // builder does): only a frame whose pad is zero can rebuild byte for byte.
   bool pad_zero = true;
   for (uint32_t i = 0; i < loose.h.bth.pad; ++i) pad_zero &= data[loose.payload_off + loose.payload_len + i] == 0;
+  // The same for a CNP's 16 reserved bytes (annex A17.9.2): the builder zeroes them.
+  if (loose.op->flags & kOpCnpResv)
+    for (uint32_t i = 0; i < 16; ++i) pad_zero &= data[loose.bth_off + 12 + i] == 0;
   if (strict == ParseError::Ok && pad_zero && loose.l3_off == 14 + (loose.h.l2.vlan ? 4 : 0) &&
       loose.ip_hdr_len == (loose.h.l3.ipv6 ? 40 : 20) && std::memcmp(out.data(), data, out.size()) != 0) {
     // A verified frame with a plain IP header and a zero pad rebuilds byte for byte.
