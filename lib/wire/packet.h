@@ -156,6 +156,10 @@ size_t finish_frame_ext(std::span<const uint8_t> hdr, const Headers& h, const ui
 // build_headers + payload copy + finish_frame. Returns the frame length or 0.
 size_t build_frame(std::span<uint8_t> out, const Headers& h, std::span<const uint8_t> payload) noexcept;
 
+inline constexpr uint8_t pad_for(uint32_t payload_len) noexcept {
+  return static_cast<uint8_t>((4 - (payload_len & 3)) & 3);
+}
+
 // ---- Building from a prebuilt header (connected QPs) ----------------------
 // What changes from one packet of a connected QP to the next: the BTH's
 // opcode, SE, AckReq, resv7 and PSN, and the extension headers. The rest of
@@ -215,7 +219,7 @@ struct FrameShape {
 FrameShape frame_shape(const Headers& h) noexcept;
 FrameShape frame_shape(const TxTemplate& t, uint8_t opcode) noexcept;
 inline size_t frame_len(const FrameShape& s, uint32_t payload_len) noexcept {
-  return size_t{s.hdr_len} + payload_len + (s.payload ? ((4 - (payload_len & 3)) & 3) : 0) + kIcrcSize;
+  return size_t{s.hdr_len} + payload_len + (s.payload ? pad_for(payload_len) : 0) + kIcrcSize;
 }
 
 // build_headers from a template: the same bytes as build_headers of the
@@ -227,9 +231,6 @@ size_t finish_frame(std::span<uint8_t> frame, const FrameShape& s, uint32_t payl
 size_t finish_frame_ext(std::span<const uint8_t> hdr, const FrameShape& s, const uint8_t* payload,
                         uint32_t payload_len, uint8_t* tail) noexcept;
 
-inline constexpr uint8_t pad_for(uint32_t payload_len) noexcept {
-  return static_cast<uint8_t>((4 - (payload_len & 3)) & 3);
-}
 
 uint16_t ipv4_checksum(const uint8_t* hdr, size_t len) noexcept;
 
