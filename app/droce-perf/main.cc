@@ -154,8 +154,14 @@ void recv_msg(int fd, void* out, size_t n, F&& poll_fn, double timeout_s = 120) 
       continue;
     }
     if (errno != EAGAIN && errno != EWOULDBLOCK) throw std::runtime_error("tcp: recv failed");
-    for (int i = 0; i < 64; ++i) poll_fn();
-    if ((++spins & 1023) == 0 && std::chrono::steady_clock::now() > deadline)
+    // Poll for 200 us between two looks at the socket: a recv() is a system
+    // call (1-2 us in a VM), and a frame that arrives meanwhile waits for it,
+    // which a server in a latency test must not add (perftest's does not).
+    const uint64_t until = rte_rdtsc() + rte_get_tsc_hz() / 5000;
+    do {
+      poll_fn();
+    } while (rte_rdtsc() < until);
+    if ((++spins & 63) == 0 && std::chrono::steady_clock::now() > deadline)
       throw std::runtime_error("tcp: timed out waiting for the peer");
   }
   std::memcpy(out, buf, n);
