@@ -115,7 +115,12 @@ void DpdkQueueIo::attach_ext(io::PktBuf** bufs, uint16_t n) noexcept {
 }
 
 DpdkQueueIo::DpdkQueueIo(const Port& port, uint16_t queue)
-    : port_(port.id()), queue_(queue), pool_(port.pool()), mac_(port.mac()), zero_copy_(port.multi_seg_tx()) {
+    : port_(port.id()),
+      queue_(queue),
+      pool_(port.pool()),
+      mac_(port.mac()),
+      zero_copy_(port.multi_seg_tx()),
+      tx_kick_(port.driver() == "net_af_packet") {
   if (queue >= port.rx_queues() || queue >= port.tx_queues())
     throw PortError(port.name() + ": no queue " + std::to_string(queue));
   capacity_ = static_cast<uint32_t>(port.data_room()) - RTE_PKTMBUF_HEADROOM;

@@ -64,6 +64,10 @@ class DpdkQueueIo final : public io::PacketIo {
   wire::MacAddr mac() const noexcept override { return mac_; }
   // PktBuf::ext honoured: the port chains segments (Port::multi_seg_tx).
   bool zero_copy_tx() const noexcept override { return zero_copy_; }
+  // net_af_packet leaves frames the kernel refused (ENOBUFS/EAGAIN) in its TX
+  // ring, counted as sent, until its next sendto(): an empty TX burst kicks
+  // them out. Other PMDs (memif, ring, hardware) send at once and need none.
+  bool tx_needs_kick() const noexcept { return tx_kick_; }
 
   // ---- Registered memory for PktBuf::ext (control path) -------------------
   // An ExtMem for [base, base+len): nullptr when the memory is not DPDK
@@ -115,6 +119,7 @@ class DpdkQueueIo final : public io::PacketIo {
   rte_mempool* pool_;
   wire::MacAddr mac_;
   bool zero_copy_ = false;
+  bool tx_kick_ = false;
   QueueCounters ctr_;
 };
 

@@ -51,7 +51,16 @@ const stats::GroupDesc& transport_group() {
 DemuxIo::DemuxIo(Dataplane& dp, CoreLoop& core, uint32_t port, uint32_t my_index, dpdk::DpdkQueueIo& q,
                  config::PortFaults* faults, stats::CounterBlock<PortCounter>* pc,
                  stats::CounterBlock<CoreCounter>* cc)
-    : dp_(dp), core_(core), port_(port), me_(my_index), q_(q), faults_(faults), pc_(pc), cc_(cc), mac_(q.mac()) {
+    : dp_(dp),
+      core_(core),
+      port_(port),
+      me_(my_index),
+      q_(q),
+      faults_(faults),
+      pc_(pc),
+      cc_(cc),
+      mac_(q.mac()),
+      kicks_(q.tx_needs_kick() ? kKicks : 0) {
   if (faults_) {
     frx_ = std::make_unique<fault::FaultInjector>(*faults_, config::FaultDir::rx, uint64_t{q.queue_id()} * 2, pc_);
     ftx_ = std::make_unique<fault::FaultInjector>(*faults_, config::FaultDir::tx, uint64_t{q.queue_id()} * 2 + 1, pc_);
@@ -256,7 +265,7 @@ void DemuxIo::host_frame(io::PktBuf* b, uint64_t now) noexcept {
 }
 
 void DemuxIo::send_host(io::PktBuf* b) noexcept {
-  kick_left_ = kKicks;
+  kick_left_ = kicks_;
   // Host frames bypass the fault injector (README: Limits).
   if (q_.tx_burst(&b, 1) == 1) {
     pc_->add(PortCounter::tx_packets);
@@ -447,7 +456,7 @@ uint16_t DemuxIo::send_frames(io::PktBuf** bufs, uint16_t n, bool must_take, int
 
 uint16_t DemuxIo::tx_burst(io::PktBuf** bufs, uint16_t n) noexcept {
   if (n == 0) return 0;
-  kick_left_ = kKicks;
+  kick_left_ = kicks_;
   if (!ftx_ || !faults_->active(config::FaultDir::tx)) return send_frames(bufs, n, false, 1);
   // Faults on: the injector may drop, hold or add frames, so this call takes
   // all n; frames the device refuses are counted and freed.

@@ -170,6 +170,7 @@ class DemuxIo final : public io::PacketIo {
   wire::MacAddr mac_;
   io::PktBuf* free_[kTmp]{};
   uint16_t nfree_ = 0;
+  const uint32_t kicks_;    // kKicks on net_af_packet, 0 on ports that send at once
   uint32_t kick_left_ = 0;  // zero-length TX bursts still to do (af_packet sends on the next kick)
   io::PktBuf* backlog_[kTmp]{};  // frames for our engine beyond the burst it asked for
   uint16_t nbacklog_ = 0;
