@@ -231,6 +231,7 @@ uint32_t sr_resend(Engine& e, Qp& q, uint32_t budget) noexcept {
     e.count(Ctr::ReqPackets);
     e.count(Ctr::ReqRetransmits);
     e.count(Ctr::SrResent);
+    ++q.ctr.sr_resent;
     ++q.ctr.retransmits;
     ++sent;
   }
