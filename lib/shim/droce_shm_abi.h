@@ -16,9 +16,9 @@
  *         | ring 0  (QP: send queue, SRQ: receive queue, CQ: completions)|
  *         |  +0    line 0: prod   (written by the producer only)         |
  *         |  +64   line 1: cons   (written by the consumer only)         |
- *         |  +128  line 2: notify (CQ: armed / events; receive: done;   |
+ *         |  +128  line 2: notify (CQ: armed / events; receive: done)   |
+ *         |  +192  line 3: geometry (magic, entries, entry_size, ...;   |
  *         |                send/receive: idle, db_bit: doorbells)        |
- *         |  +192  line 3: geometry (magic, entries, entry_size, ...)    |
  *         |  +256  entry[0] | entry[1] | ... | entry[entries-1]         |
  *         +==============================================================+
  *         | ring 1  (QP without SRQ: receive queue), same layout         |
@@ -80,7 +80,7 @@
  *  doorbells (ABI 3; the daemon polls only the rings that have work)
  *    A client that opened its doorbell region (protocol op OpenDoorbell: one
  *    droce_shm_doorbell per connection, fd passed daemon -> client) owns one
- *    bit in it per QP and per SRQ (db_bit in line 2 of the object's rings,
+ *    bit in it per QP and per SRQ (db_bit in line 3 of the object's rings,
  *    written by the daemon before the fd leaves; DROCE_SHM_DB_NONE: no bit,
  *    the daemon polls the ring on every turn). The daemon stops polling a
  *    ring after it found it empty for a while and then only looks at it again
@@ -192,18 +192,21 @@ struct droce_shm_ring_hdr {
   uint32_t events;                  /* daemon increments per event delivered */
   uint32_t overflows;               /* daemon increments when a CQE found the ring full */
   uint32_t done;                    /* receive rings: WQEs the daemon finished (see the top) */
-  uint32_t idle;                    /* send/receive rings: 1 = the daemon waits for the doorbell */
-  uint32_t db_bit;                  /* send/receive rings: the object's doorbell bit, written once
-                                       by the daemon; DROCE_SHM_DB_NONE: no doorbell, always polled */
-  uint32_t notify_pad[10];
-  /* line 3: geometry, written once by the daemon. */
+  uint32_t notify_pad[12];
+  /* line 3: geometry, written once by the daemon (and the doorbell flag). */
   uint32_t magic DROCE_SHM_ALIGNED; /* DROCE_SHM_RING_MAGIC */
   uint32_t kind;                    /* enum droce_shm_ring_kind */
   uint32_t entries;                 /* power of two, <= DROCE_SHM_MAX_RING */
   uint32_t entry_size;              /* sizeof the entry type of this kind */
   uint32_t max_sge;                 /* the object's negotiated limits */
   uint32_t max_inline;
-  uint32_t geom_pad[10];
+  /* Doorbells (see the top), on this line because the daemon writes it only
+   * when it parks or unparks the ring: the producer's load of idle on each
+   * publish hits its cache (`done`'s line moves with every receive). */
+  uint32_t idle;                    /* send/receive rings: 1 = the daemon waits for the doorbell */
+  uint32_t db_bit;                  /* send/receive rings: the object's doorbell bit, written once
+                                       by the daemon; DROCE_SHM_DB_NONE: no doorbell, always polled */
+  uint32_t geom_pad[8];
   /* entries follow at offset DROCE_SHM_RING_HDR_SIZE */
 } DROCE_SHM_ALIGNED;
 #define DROCE_SHM_RING_HDR_SIZE 256

@@ -154,13 +154,9 @@ struct EngineShimBackend::Core {
   std::vector<Qp*> active_qps;
   std::vector<Srq*> active_srqs;
   size_t sweep_qp = 0, sweep_srq = 0;
-  std::unordered_map<uint64_t, Qp*> by_qpn;
+  std::vector<std::vector<Qp*>> by_qpn;  // [port][qpn], grown at create (control path)
   Ctr sq_wqes, rq_wqes, cqes, bad_wqes, corrupt, events, async_events, visits, doorbells, parks;
 };
-
-namespace {
-uint64_t qp_key(uint32_t port, uint32_t qpn) { return uint64_t{port} << 32 | qpn; }
-}  // namespace
 
 EngineShimBackend::EngineShimBackend(engine::Dataplane& dp, const config::Config& cfg)
     : dp_(dp), cfg_(cfg), ahs_(new AhSlot[kMaxAhs]) {
@@ -586,7 +582,10 @@ int EngineShimBackend::create_qp(const ClientInfo& c, const QpSetup& s, QpResult
     p->eqp = p->eng->qp(p->qpn);
     k->qps.push_back(p);
     k->active_qps.reserve(k->qps.size());
-    k->by_qpn[qp_key(p->port, p->qpn)] = p;
+    if (k->by_qpn.size() <= p->port) k->by_qpn.resize(p->port + 1);
+    auto& v = k->by_qpn[p->port];
+    if (v.size() <= p->qpn) v.resize(p->qpn + 1, nullptr);
+    v[p->qpn] = p;
     if (p->dbc) p->dbc->slots[p->db_bit].qp = p;
     activate(*k, *p);  // polled from the start (idle = 0)
     return 0;
@@ -722,7 +721,7 @@ int EngineShimBackend::destroy_qp(const ClientInfo&, ObjId id) {
   const int rc = on_core(p->core, [p, k](engine::CoreLoop&) {
     std::erase(k->qps, p);
     std::erase(k->active_qps, p);
-    k->by_qpn.erase(qp_key(p->port, p->qpn));
+    if (p->port < k->by_qpn.size() && p->qpn < k->by_qpn[p->port].size()) k->by_qpn[p->port][p->qpn] = nullptr;
     if (p->dbc) p->dbc->slots[p->db_bit].qp = nullptr;
     return -p->eng->destroy_qp(p->qpn);
   });
@@ -1186,13 +1185,12 @@ uint32_t EngineShimBackend::drain_cq(Core& k, Cq& c) noexcept {
 }
 
 void EngineShimBackend::before_cqe(Core& k, uint32_t port, uint32_t qpn) noexcept {
-  auto it = k.by_qpn.find(qp_key(port, qpn));
-  if (it == k.by_qpn.end()) return;  // QP1 (the CM's), or one of the embedding's
-  Qp& q = *it->second;
-  if (q.dead) return;
-  check_async(k, q, q.eqp->state);
-  publish_rq_done(q);
-  if (q.srq) srq_maint(k, *q.srq);
+  if (port >= k.by_qpn.size() || qpn >= k.by_qpn[port].size()) return;
+  Qp* q = k.by_qpn[port][qpn];
+  if (q == nullptr || q->dead) return;  // QP1 (the CM's), or one of the embedding's
+  check_async(k, *q, q->eqp->state);
+  publish_rq_done(*q);
+  if (q->srq) srq_maint(k, *q->srq);
 }
 
 // ---- doorbells (core thread) ----
