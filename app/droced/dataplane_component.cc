@@ -166,7 +166,12 @@ json DataplaneComponent::qps() const {
                     {"rate_decreases", q.rp.decreases},
                     {"rate_increases", q.rp.increases},
                     {"hyper_increases", q.rp.hyper},
-                    {"paced", q.ctr.paced}});
+                    {"paced", q.ctr.paced},
+                    {"sr", !q.sr_enabled ? "off" : q.sr_tx ? "negotiated" : "enabled"},
+                    {"sr_resent", q.ctr.sr_resent},
+                    {"sr_sacks_received", q.ctr.sr_sacks_received},
+                    {"sr_ooo_placed", q.ctr.sr_ooo_placed},
+                    {"sr_sacks_sent", q.ctr.sr_sacks_sent}});
   }
   return json{{"qps", rows}};
 }

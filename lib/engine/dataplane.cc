@@ -1199,6 +1199,8 @@ std::vector<QpInfo> Dataplane::qps() {
           qi.target_kbps = q->rp.target_kbps();
           qi.alpha = q->rp.alpha();
           qi.rp = q->rp.counters();
+          qi.sr_enabled = q->sr != nullptr;
+          qi.sr_tx = q->req.sr_tx;
           v->push_back(qi);
         }
       }

@@ -264,6 +264,10 @@ struct QpInfo {
   bool rp_limited = false;
   uint32_t rate_kbps = 0, target_kbps = 0, alpha = 0;
   transport::dcqcn::Counters rp;
+  // Selective repeat (RC): sr_enabled, the node runs it (the QP has its
+  // scoreboard); sr_tx, this QP marks its requests toward a peer known to
+  // run it (listed or learned). The counters are in ctr (sr_*).
+  bool sr_enabled = false, sr_tx = false;
 };
 
 struct NeighInfo {

@@ -181,6 +181,14 @@ class ShimBackend {
   virtual bool take_cq_event(const ClientInfo&, ObjId, uint32_t&) { return false; }
   virtual bool take_srq_event(const ClientInfo&, ObjId, uint32_t&) { return false; }
 
+  // Doorbells (droce_shm_abi.h, "doorbells"): the client's doorbell region,
+  // mapped by the server (it stays mapped until after client_gone). A backend
+  // that takes it gives each QP and SRQ the client creates from now on a bit
+  // (db_bit in its rings, written before create_* returns) and may stop
+  // polling a ring that is idle until its bit is set. -EOPNOTSUPP: no
+  // doorbells (every ring keeps DROCE_SHM_DB_NONE and is always polled).
+  virtual int open_doorbell(const ClientInfo&, droce_shm_doorbell*) { return -EOPNOTSUPP; }
+
   // Called once when a client connection ends, after its objects are gone.
   virtual void client_gone(const ClientInfo&) {}
 };

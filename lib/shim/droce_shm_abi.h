@@ -17,7 +17,8 @@
  *         |  +0    line 0: prod   (written by the producer only)         |
  *         |  +64   line 1: cons   (written by the consumer only)         |
  *         |  +128  line 2: notify (CQ: armed / events; receive: done)   |
- *         |  +192  line 3: geometry (magic, entries, entry_size, ...)    |
+ *         |  +192  line 3: geometry (magic, entries, entry_size, ...;   |
+ *         |                send/receive: idle, db_bit: doorbells)        |
  *         |  +256  entry[0] | entry[1] | ... | entry[entries-1]         |
  *         +==============================================================+
  *         | ring 1  (QP without SRQ: receive queue), same layout         |
@@ -76,6 +77,30 @@
  *             eventfd (the only syscall, and only for programs that sleep)
  *             and finds the CQ whose events counter moved (ACQUIRE).
  *
+ *  doorbells (ABI 3; the daemon polls only the rings that have work)
+ *    A client that opened its doorbell region (protocol op OpenDoorbell: one
+ *    droce_shm_doorbell per connection, fd passed daemon -> client) owns one
+ *    bit in it per QP and per SRQ (db_bit in line 3 of the object's rings,
+ *    written by the daemon before the fd leaves; DROCE_SHM_DB_NONE: no bit,
+ *    the daemon polls the ring on every turn). The daemon stops polling a
+ *    ring after it found it empty for a while and then only looks at it again
+ *    when its bit is set (and, a few objects a turn, in a slow sweep).
+ *    producer: store prod            SEQ_CST (instead of RELEASE), then
+ *              load  idle            SEQ_CST; if it is 1:
+ *              word[bit / 64] |= 1 << bit % 64   (atomic OR, RELEASE)
+ *              summary |= 1 << bit / 64          (atomic OR, RELEASE)
+ *    daemon, before it stops polling a ring (park):
+ *              store idle = 1        SEQ_CST
+ *              load  prod            SEQ_CST; entries: store idle = 0 and
+ *                                    go on polling it
+ *    daemon, each turn: load summary (relaxed); when non-zero exchange it
+ *              with 0, exchange each word it names with 0 (ACQUIRE), and
+ *              for each bit store idle = 0 (SEQ_CST) on the object's rings
+ *              and poll them again.
+ *    The two SEQ_CST store -> load pairs are Dekker's: either the daemon's
+ *    reload of prod sees the new entries, or the producer's load of idle
+ *    sees 1 and rings the bit; a posted WQE is never left unseen.
+ *
  *  trust
  *    The daemon never trusts the region: it keeps its own copy of the
  *    geometry, treats an index that moved by more than entries as a fatal
@@ -101,7 +126,13 @@ extern "C" {
 
 #define DROCE_SHM_MAGIC 0x48535244u /* "DRSH" little-endian */
 #define DROCE_SHM_RING_MAGIC 0x474e5244u /* "DRNG" */
-#define DROCE_SHM_ABI_VERSION 2u /* 2: receive rings' done index */
+#define DROCE_SHM_ABI_VERSION 3u /* 2: receive rings' done index; 3: doorbells */
+
+/* Doorbell region (ABI 3): one per client connection, see "doorbells". */
+#define DROCE_SHM_DB_MAGIC 0x42445244u /* "DRDB" */
+#define DROCE_SHM_DB_WORDS 64u
+#define DROCE_SHM_DB_BITS (DROCE_SHM_DB_WORDS * 64u) /* objects with a doorbell bit per client */
+#define DROCE_SHM_DB_NONE 0xffffffffu
 
 /* Limits that the entry sizes below fix. */
 #define DROCE_SHM_MAX_SGE 8         /* per send or receive work request */
@@ -133,6 +164,19 @@ struct droce_shm_region_hdr {
 } DROCE_SHM_ALIGNED;
 DROCE_SHM_STATIC_ASSERT(sizeof(struct droce_shm_region_hdr) == 64, "region header is one line");
 
+/* Doorbell region: written by the client (atomic ORs), cleared by the daemon
+ * (atomic exchanges). Line 0 is written once by the daemon. */
+struct droce_shm_doorbell {
+  uint32_t magic;    /* DROCE_SHM_DB_MAGIC */
+  uint32_t version;  /* DROCE_SHM_ABI_VERSION */
+  uint32_t nbits;    /* DROCE_SHM_DB_BITS */
+  uint32_t reserved[13];
+  uint64_t summary DROCE_SHM_ALIGNED; /* bit w: word[w] has a bit set */
+  uint64_t summary_pad[7];
+  uint64_t word[DROCE_SHM_DB_WORDS] DROCE_SHM_ALIGNED; /* bit b of word w: object w * 64 + b has work */
+} DROCE_SHM_ALIGNED;
+DROCE_SHM_STATIC_ASSERT(sizeof(struct droce_shm_doorbell) == 128 + 8 * DROCE_SHM_DB_WORDS, "doorbell region");
+
 /* Ring header: four cache lines, then the entries. */
 struct droce_shm_ring_hdr {
   /* line 0: producer index. Written by the producer only (RELEASE), read by
@@ -149,14 +193,20 @@ struct droce_shm_ring_hdr {
   uint32_t overflows;               /* daemon increments when a CQE found the ring full */
   uint32_t done;                    /* receive rings: WQEs the daemon finished (see the top) */
   uint32_t notify_pad[12];
-  /* line 3: geometry, written once by the daemon. */
+  /* line 3: geometry, written once by the daemon (and the doorbell flag). */
   uint32_t magic DROCE_SHM_ALIGNED; /* DROCE_SHM_RING_MAGIC */
   uint32_t kind;                    /* enum droce_shm_ring_kind */
   uint32_t entries;                 /* power of two, <= DROCE_SHM_MAX_RING */
   uint32_t entry_size;              /* sizeof the entry type of this kind */
   uint32_t max_sge;                 /* the object's negotiated limits */
   uint32_t max_inline;
-  uint32_t geom_pad[10];
+  /* Doorbells (see the top), on this line because the daemon writes it only
+   * when it parks or unparks the ring: the producer's load of idle on each
+   * publish hits its cache (`done`'s line moves with every receive). */
+  uint32_t idle;                    /* send/receive rings: 1 = the daemon waits for the doorbell */
+  uint32_t db_bit;                  /* send/receive rings: the object's doorbell bit, written once
+                                       by the daemon; DROCE_SHM_DB_NONE: no doorbell, always polled */
+  uint32_t geom_pad[8];
   /* entries follow at offset DROCE_SHM_RING_HDR_SIZE */
 } DROCE_SHM_ALIGNED;
 #define DROCE_SHM_RING_HDR_SIZE 256

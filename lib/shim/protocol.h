@@ -87,6 +87,9 @@ enum class Op : uint16_t {
   // memory windows (appended: the values above do not move)
   AllocMw,           // AllocMwReq -> AllocMwResp
   DeallocMw,         // HandleReq -> Empty (a bound window is unbound first)
+  // doorbells (appended; droce_shm_abi.h, "doorbells")
+  OpenDoorbell,      // Empty -> DoorbellResp + the region fd (once per connection,
+                     // before the QPs and SRQs that get a bit; -EOPNOTSUPP: none)
   Count_
 };
 
@@ -131,6 +134,12 @@ struct OpenDeviceReq {
 };
 struct OpenDeviceResp {
   DeviceInfo info;
+};
+
+struct DoorbellResp {
+  uint64_t region_size;
+  uint32_t nbits;  // DROCE_SHM_DB_BITS
+  uint32_t reserved;
 };
 
 struct PortReq {
@@ -430,6 +439,7 @@ DROCE_SHIM_OP(DetachMcast, McastReq, Empty)
 DROCE_SHIM_OP(CmJoinMulticast, CmJoinReq, Empty)
 DROCE_SHIM_OP(AllocMw, AllocMwReq, AllocMwResp)
 DROCE_SHIM_OP(DeallocMw, HandleReq, Empty)
+DROCE_SHIM_OP(OpenDoorbell, Empty, DoorbellResp)
 #undef DROCE_SHIM_OP
 
 // Empty bodies are sent as zero bytes.

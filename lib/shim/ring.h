@@ -42,6 +42,19 @@ inline void ring_init(droce_shm_ring_hdr* h, uint32_t kind, uint32_t entries, ui
   h->entry_size = entry_size;
   h->max_sge = max_sge;
   h->max_inline = max_inline;
+  h->db_bit = DROCE_SHM_DB_NONE;  // until the daemon gives the object a doorbell bit
+}
+
+// Doorbells (droce_shm_abi.h, "doorbells"), producer side: sets the object's
+// bit in the client's doorbell region. Only after the producer found the ring
+// idle (the daemon stopped polling it), so a busy ring costs no atomic OR.
+inline void doorbell_ring(droce_shm_doorbell* db, uint32_t bit) {
+  if (bit >= DROCE_SHM_DB_BITS) return;  // attach() gives no region then
+  const uint32_t w = bit / 64;
+  // RELEASE ORs: the daemon's acquire exchanges see them (the entries are
+  // published by the seq_cst store of prod before).
+  std::atomic_ref<uint64_t>(db->word[w]).fetch_or(uint64_t{1} << (bit % 64), std::memory_order_release);
+  std::atomic_ref<uint64_t>(db->summary).fetch_or(uint64_t{1} << w, std::memory_order_release);
 }
 
 template <typename Entry>
@@ -58,9 +71,19 @@ class RingProducer {
   // not trusted. Starts from the current shared indexes. follow_done (receive
   // rings, droce_shm_abi.h "receive depth"): a slot is free again only when
   // the consumer has finished its WQE (`done`), not when it copied it (`cons`).
-  bool attach(droce_shm_ring_hdr* h, uint32_t entries, bool follow_done = false) {
+  // db: the client's doorbell region (send and receive rings of a QP or
+  // SRQ), or nullptr: then publish() is one release store, as for CQ rings.
+  // The ring's bit is the daemon's db_bit; DROCE_SHM_DB_NONE (or a bit
+  // beyond the region) means no doorbell (the daemon polls the ring always).
+  bool attach(droce_shm_ring_hdr* h, uint32_t entries, bool follow_done = false,
+              droce_shm_doorbell* db = nullptr) {
     if (h == nullptr || !ring_geometry_ok(entries)) return false;
     hdr_ = h;
+    db_ = nullptr;
+    if (db != nullptr) {
+      bit_ = std::atomic_ref<uint32_t>(h->db_bit).load(std::memory_order_relaxed);
+      if (bit_ < DROCE_SHM_DB_BITS) db_ = db;
+    }
     slots_ = ring_entries<Entry>(h);
     size_ = entries;
     mask_ = entries - 1;
@@ -100,10 +123,20 @@ class RingProducer {
   // The doorbell: makes n filled slots visible with one store.
   void publish(uint32_t n) {
     prod_ += n;
-    // RELEASE: every plain store into the n slots happens-before the
-    // consumer's acquire load that sees this prod.
-    std::atomic_ref<uint32_t>(hdr_->prod).store(prod_, std::memory_order_release);
+    if (db_ == nullptr) {
+      // RELEASE: every plain store into the n slots happens-before the
+      // consumer's acquire load that sees this prod.
+      std::atomic_ref<uint32_t>(hdr_->prod).store(prod_, std::memory_order_release);
+      return;
+    }
+    // SEQ_CST store then SEQ_CST load of idle (droce_shm_abi.h, "doorbells"):
+    // against the daemon's seq_cst store of idle then reload of prod when it
+    // parks the ring, one of the two sides sees the other. The store is also
+    // a release (the slots are published).
+    std::atomic_ref<uint32_t>(hdr_->prod).store(prod_, std::memory_order_seq_cst);
+    if (std::atomic_ref<uint32_t>(hdr_->idle).load(std::memory_order_seq_cst) != 0) doorbell_ring(db_, bit_);
   }
+  bool has_doorbell() const { return db_ != nullptr; }
 
   bool try_push(const Entry& e) {
     if (free_slots(1) < 1) return false;
@@ -117,6 +150,8 @@ class RingProducer {
 
  private:
   droce_shm_ring_hdr* hdr_ = nullptr;
+  droce_shm_doorbell* db_ = nullptr;  // the client's doorbell region, or none
+  uint32_t bit_ = DROCE_SHM_DB_NONE;
   uint32_t* follow_ = nullptr;  // &hdr_->cons, or &hdr_->done (receive rings)
   Entry* slots_ = nullptr;
   uint32_t size_ = 0, mask_ = 0;
@@ -206,6 +241,26 @@ class RingConsumer {
 
   droce_shm_ring_hdr* hdr() { return hdr_; }
   uint32_t cons() const { return cons_; }
+
+  // Doorbells, daemon side (droce_shm_abi.h, "doorbells"). park(): tells the
+  // producer that we stop polling (idle = 1, SEQ_CST), then reloads prod
+  // (SEQ_CST); returns the entries ready then. Non-zero: the caller must
+  // unpark() and keep polling (a producer may have published before it saw
+  // idle). unpark(): idle = 0, SEQ_CST (the producer stops ringing).
+  uint32_t park() {
+    std::atomic_ref<uint32_t>(hdr_->idle).store(1, std::memory_order_seq_cst);
+    if (corrupt_) return 0;
+    const uint32_t p = std::atomic_ref<uint32_t>(hdr_->prod).load(std::memory_order_seq_cst);
+    if (p - cons_ > size_) {
+      corrupt_ = true;
+      return 0;
+    }
+    prod_cache_ = p;
+    return p - cons_;
+  }
+  void unpark() { std::atomic_ref<uint32_t>(hdr_->idle).store(0, std::memory_order_seq_cst); }
+  // The daemon's doorbell bit for this ring's object (written once by it).
+  void set_doorbell_bit(uint32_t bit) { std::atomic_ref<uint32_t>(hdr_->db_bit).store(bit, std::memory_order_relaxed); }
 
  private:
   droce_shm_ring_hdr* hdr_ = nullptr;

@@ -76,6 +76,7 @@ struct ShimServer::Client {
   std::vector<uint8_t> parked;
   std::chrono::steady_clock::time_point park_deadline{}, next_try{};
   int async_fd = -1;  // OpenAsync's eventfd (the client has its own copy)
+  ShmRegion doorbell;  // OpenDoorbell's region (unmapped after the backend's client_gone)
   ~Client() {
     if (async_fd >= 0) ::close(async_fd);
   }
@@ -302,6 +303,22 @@ struct ServerOps {
       if (c.async_fd < 0) return -errno;
     }
     out_fds[n_out_fds++] = c.async_fd;  // still owned by the client
+    return 0;
+  }
+  int open_doorbell(DoorbellResp& r) {
+    if (c.doorbell.addr() != nullptr) return -EALREADY;
+    ShmRegion region;
+    if (int rc = region.create("droce-doorbell", page_round_up(sizeof(droce_shm_doorbell), 4096), false)) return rc;
+    auto* db = static_cast<droce_shm_doorbell*>(region.addr());
+    std::memset(static_cast<void*>(db), 0, sizeof(*db));
+    db->magic = DROCE_SHM_DB_MAGIC;
+    db->version = DROCE_SHM_ABI_VERSION;
+    db->nbits = DROCE_SHM_DB_BITS;
+    if (int rc = s.backend_.open_doorbell(c.info, db)) return rc;
+    r.region_size = region.size();
+    r.nbits = DROCE_SHM_DB_BITS;
+    c.doorbell = std::move(region);
+    out_fds[n_out_fds++] = c.doorbell.fd();  // still owned by the region
     return 0;
   }
   int get_async_event(AsyncEventResp& r) {
@@ -819,6 +836,7 @@ bool ShimServer::handle(Client& c, const uint8_t* in, size_t n, const int* fds, 
       case Op::DestroyAh: run.operator()<Op::DestroyAh>([&](const HandleReq& q, Empty&) { return ops.destroy(q.handle, ObjKind::Ah, false); }); break;
       case Op::OpenAsync: run.operator()<Op::OpenAsync>([&](Empty&) { return ops.open_async(); }); break;
       case Op::GetAsyncEvent: run.operator()<Op::GetAsyncEvent>([&](AsyncEventResp& r) { return ops.get_async_event(r); }); break;
+      case Op::OpenDoorbell: run.operator()<Op::OpenDoorbell>([&](DoorbellResp& r) { return ops.open_doorbell(r); }); break;
       default: rc = -EOPNOTSUPP; break;
     }
   }

@@ -235,6 +235,7 @@ void on_sack(Engine& e, Qp& q, const wire::PacketView& pkt) noexcept {
     return;
   }
   e.count(Ctr::SrSackReceived);
+  ++q.ctr.sr_sacks_received;
   if (wire::psn_gt(epsn, q.comp.psn) && ack_through(e, q, psn_add(epsn, 0xFFFFFF)) != kNoRewind)
     return;  // a READ/atomic went unanswered: go-back-N from it (scoreboard cleared)
   SrState& s = q.sr->req;

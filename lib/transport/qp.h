@@ -160,6 +160,12 @@ struct QpCounters {
   uint64_t rnr_naks_received = 0;
   uint64_t seq_naks_received = 0;
   uint64_t paced = 0;  // requester turns a DCQCN send time held back
+  // Selective repeat (README): PSNs resent selectively and SACKs taken
+  // (requester); packets placed out of order and SACKs sent (responder).
+  uint64_t sr_resent = 0;
+  uint64_t sr_sacks_received = 0;
+  uint64_t sr_ooo_placed = 0;
+  uint64_t sr_sacks_sent = 0;
 };
 
 struct Qp : verbs::QpBase {

@@ -180,8 +180,9 @@ bool build_packet(Engine& e, Qp& q, SendWqe& w, bool* last_of_wqe) noexcept {
 
 // Selective repeat: resends each PSN the responder reported missing (its
 // ePSN, and every PSN below the highest it holds that it does not hold) once,
-// rebuilt from its WQE. Returns the packets sent; q.sr->req.pending stays set when
-// the budget or the TX room ran out first.
+// rebuilt from its WQE, at the QP's DCQCN rate. Returns the packets sent;
+// q.sr->req.pending stays set when the budget, the TX room or the pacer
+// stopped it first.
 uint32_t sr_resend(Engine& e, Qp& q, uint32_t budget) noexcept {
   SrState& s = q.sr->req;
   uint32_t end = wire::psn_gt(s.high, s.missing) ? s.high : psn_add(s.missing, 1);
@@ -207,6 +208,16 @@ uint32_t sr_resend(Engine& e, Qp& q, uint32_t budget) noexcept {
       continue;
     }
     if (sent >= budget || !e.tx_room()) return sent;
+    // DCQCN: a resend waits for the QP's next send time as any other packet
+    // of the QP does (CheckLimits below); it stays pending meanwhile.
+    if (q.rp.limited()) {
+      q.rp.advance(e.now());
+      if (e.now() < q.rp.next_send_ns()) {
+        ++q.ctr.paced;
+        q.rp.on_paced();
+        return sent;
+      }
+    }
     const uint32_t save_psn = q.req.psn, save_ack = q.req.pkts_since_ackreq;
     q.req.psn = p;
     bool last = false;
@@ -220,6 +231,7 @@ uint32_t sr_resend(Engine& e, Qp& q, uint32_t budget) noexcept {
     e.count(Ctr::ReqPackets);
     e.count(Ctr::ReqRetransmits);
     e.count(Ctr::SrResent);
+    ++q.ctr.sr_resent;
     ++q.ctr.retransmits;
     ++sent;
   }

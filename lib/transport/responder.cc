@@ -465,6 +465,7 @@ void sr_ahead(Ctx& c, int32_t d) noexcept {
       ++r.sr_count;
       x.dirty = static_cast<uint8_t>(x.dirty | (1u << ((d - 1) / 64)));
       c.e.count(Ctr::SrOooPlaced);
+      ++c.q.ctr.sr_ooo_placed;
       placed = true;
     }
   }
@@ -765,6 +766,7 @@ bool responder_tx(Engine& e, Qp& q, uint32_t budget) noexcept {
       e.end_frame();
       q.count_tx(0);
       e.count(Ctr::SrSackSent);
+      ++q.ctr.sr_sacks_sent;
       x.dirty = static_cast<uint8_t>(x.dirty & ~(1u << k));
     }
     r.sr_sack = false;

@@ -37,6 +37,10 @@
 # skips the embedded runs (their columns then read 0).
 # BENCH_SHIM_PERF=DIR: also `perf record` droced and the ib_write_bw client
 # during the first shim round (DIR/droced.data, DIR/client.data).
+# BENCH_IDLE_QPS=N: during each shim case a third program (idle_qps, through
+# the same drop-in) holds N idle RC QPs open on droce0, served by the same
+# droced core: the ring poller's cost per idle QP (lib/shim/README.md, "The
+# doorbell").
 set -uo pipefail
 build=$1
 secs=${2:-3}
@@ -44,13 +48,17 @@ rounds=${3:-3}
 here=$(cd "$(dirname "$0")" && pwd)
 perf=$build/app/droce-perf/droce-perf
 droced=${BENCH_DROCED:-$build/app/droced/droced}
+idle_qps=${BENCH_IDLE_QPS:-0}
+idle_bin=$build/test/shim/idle_qps
 ctlbin=$build/app/droce-ctl/droce-ctl
 front=${BENCH_FRONT:-$build/lib/shim/front}
 cases=${BENCH_CASES:-bw sl wl}
 ns=droce-bsm-$$
 tmp=$(mktemp -d)
 dpid=
+ipid=
 cleanup() {
+  [ -n "$ipid" ] && { kill -TERM "$ipid" 2>/dev/null; wait "$ipid" 2>/dev/null; }
   [ -n "$dpid" ] && { kill -TERM "$dpid" 2>/dev/null; wait "$dpid" 2>/dev/null; }
   ip netns del "$ns" 2>/dev/null || true
   rm -rf "$tmp"
@@ -95,6 +103,7 @@ mode = "0600"
 [shim]
 socket = "$tmp/verbs.sock"
 mode = "0600"
+max_qps_per_client = 1024
 
 [log]
 level = "info"
@@ -127,6 +136,18 @@ shim_pair() {
   : >"$out"
   droced_up || return 0
   local env=(env LD_LIBRARY_PATH="$front" DROCE_SOCKET="$tmp/verbs.sock")
+  if [ "$idle_qps" -gt 0 ]; then
+    ip netns exec "$ns" "${env[@]}" taskset -c 0 timeout $((secs + 120)) "$idle_bin" droce0 "$idle_qps" \
+      >"$tmp/idle.log" 2>&1 &
+    ipid=$!
+    local _i
+    for _i in $(seq 200); do
+      grep -q ready "$tmp/idle.log" && break
+      kill -0 "$ipid" 2>/dev/null || break
+      sleep 0.05
+    done
+    grep -q ready "$tmp/idle.log" || { echo "idle_qps: $(cat "$tmp/idle.log")" >&2; }
+  fi
   ip netns exec "$ns" "${env[@]}" taskset -c 0 timeout $((secs + 60)) "$@" -d droce0 -x 1 -p "$port" \
     >"$tmp/ps.log" 2>&1 &
   local sp=$! _
@@ -148,6 +169,11 @@ shim_pair() {
   wait "$sp"
   # Frames that crossed the memif pair (droce0's port), for the report.
   "$ctlbin" -s "$tmp/ctl.sock" counters --get port.ma.rx_packets >"$tmp/frames" 2>/dev/null || true
+  if [ -n "$ipid" ]; then
+    kill -TERM "$ipid" 2>/dev/null
+    wait "$ipid" 2>/dev/null
+    ipid=
+  fi
   droced_down
 }
 col() { [ -f "$1" ] && awk -v c="$2" '$1 ~ /^[0-9]+$/ && NF >= 5 {print $c}' "$1" | tail -1; }
@@ -184,12 +210,13 @@ csv=$build/bench-shim-memif.csv
 echo "case,shim,shim_min,shim_max,embedded,embedded_min,embedded_max,unit,ratio" >"$csv"
 {
   for k in $cases; do echo "$k $(stats <<<"${v[s$k]}") $(stats <<<"${v[e$k]}")"; done
-} | awk -v secs="$secs" -v rounds="$rounds" -v csv="$csv" -v frames="${frames:-?}" '
+} | awk -v secs="$secs" -v rounds="$rounds" -v idle="$idle_qps" -v csv="$csv" -v frames="${frames:-?}" '
 BEGIN {
   name["bw"] = "64 B RC WRITE message rate"; unit["bw"] = "Mpps"
   name["sl"] = "8 B SEND latency (typical half RTT)"; unit["sl"] = "us"
   name["wl"] = "8 B WRITE latency (typical half RTT)"; unit["wl"] = "us"
   printf "== verbs shim (perftest, separate process, one droced on CPU 1) vs embedding API (droce-perf), net_memif, %s s runs, median [min-max] of %s alternating rounds\n", secs, rounds
+  if (idle > 0) printf "   (shim runs with %s idle QPs of a third program on the same droced core)\n", idle
   printf "%-38s %26s %26s %8s\n", "case", "shim", "embedded", "ratio"
 }
 {

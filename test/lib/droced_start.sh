@@ -14,6 +14,9 @@
 #     DN_DEVARGS  appended to the af_packet devargs (default ",framecnt=4096")
 #     DN_AFP_RUN  scripts/afpacket-run: when set, droced runs through it (two
 #                 af_packet processes in one namespace, see that script)
+#     DN_PORT_TOML  TOML lines added to the [[port]] table (keys, then its
+#                 subtables such as [port.fault.tx]; default none)
+#     DN_ROCE_TOML  TOML lines added to the [roce] table (default none)
 DN_PID=
 
 droced_node() {
@@ -29,6 +32,7 @@ name = "$iface"
 device = "net_af_packet0,iface=$iface${DN_DEVARGS-,framecnt=4096}"
 mac = "$mac"
 ipv4 = ["$ip/24"]
+${DN_PORT_TOML:-}
 
 [[core]]
 lcore = 1
@@ -36,6 +40,7 @@ queues = [{ port = "$iface", rx = 0 }]
 
 [roce]
 mr_memory_mb = 16
+${DN_ROCE_TOML:-}
 
 [control]
 socket = "$dir/$n-ctl.sock"

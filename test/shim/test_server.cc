@@ -55,12 +55,13 @@ struct Cl {
     REQUIRE(cq.attach(fd, r) == 0);
     return r.handle;
   }
-  uint32_t qp(ClientQp& qp, uint32_t pd, uint32_t cq, ibv_qp_type t = IBV_QPT_RC, uint32_t* qpn = nullptr) {
+  uint32_t qp(ClientQp& qp, uint32_t pd, uint32_t cq, ibv_qp_type t = IBV_QPT_RC, uint32_t* qpn = nullptr,
+             droce_shm_doorbell* db = nullptr) {
     CreateQpReq q{pd, cq, cq, 0, static_cast<uint32_t>(t), 0, {64, 64, 2, 2, 0}};
     CreateQpResp r{};
     int fd = -1, nfd = 0;
     REQUIRE(conn.call<Op::CreateQp>(q, r, nullptr, 0, &fd, 1, &nfd) == 0);
-    REQUIRE(qp.attach(fd, r, false) == 0);
+    REQUIRE(qp.attach(fd, r, false, db) == 0);
     if (qpn) *qpn = r.qpn;
     return r.handle;
   }
@@ -749,6 +750,85 @@ TEST_CASE("a client killed with SIGKILL leaves nothing behind", "[shim][server][
   // The survivor keeps working.
   Empty e;
   CHECK(survivor.conn.call<Op::DeallocPd>({spd}, e) == 0);
+}
+
+TEST_CASE("doorbell: idle QPs are parked, not polled every turn; a WQE to one of many is picked up",
+          "[shim][server][data][doorbell]") {
+  constexpr uint32_t kIdle = 64;
+  Fixture f;
+  Cl a(f, 0), b(f, 1);
+  ClientDoorbell dba, dbb;
+  REQUIRE(dba.open(a.conn) == 0);
+  REQUIRE(dbb.open(b.conn) == 0);
+  Empty none;
+  DoorbellResp again{};
+  CHECK(a.conn.call<Op::OpenDoorbell>(none, again) == -EALREADY);
+  uint32_t pda = a.pd(), pdb = b.pd();
+  ClientCq cqa, cqb;
+  uint32_t ca = a.cq(cqa, 256), cb = b.cq(cqb);
+  std::vector<ClientQp> qps(kIdle);
+  std::vector<uint32_t> handles(kIdle), qpns(kIdle);
+  for (uint32_t i = 0; i < kIdle; i++) handles[i] = a.qp(qps[i], pda, ca, IBV_QPT_RC, &qpns[i], dba.get());
+  for (uint32_t i = 0; i < kIdle; i++) CHECK(qps[i].sq.has_doorbell());
+  ClientQp qpb;
+  uint32_t qpnb = 0;
+  const uint32_t qb = b.qp(qpb, pdb, cb, IBV_QPT_RC, &qpnb, dbb.get());
+  const uint32_t pick = 37;
+  a.to_rts(handles[pick], qpnb, 1);
+  b.to_rts(qb, qpns[pick], 0);
+  // Every QP parks once it has been empty for a while.
+  REQUIRE(eventually([&] { return f.backend.stats().parks >= kIdle + 1; }));
+  // Turns of the core loop, counted by a poller of our own.
+  std::atomic<uint64_t> turns{0};
+  const uint64_t poller = dataplane().add_poller(0, [&turns] {
+    turns.fetch_add(1, std::memory_order_relaxed);
+    return 0u;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const uint64_t t0 = turns.load(), v0 = f.backend.stats().ring_visits;
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const uint64_t dt = turns.load() - t0, dv = f.backend.stats().ring_visits - v0;
+  dataplane().remove_poller(0, poller);
+  INFO("turns " << dt << ", ring visits " << dv << " for " << kIdle + 1 << " idle QPs");
+  CHECK(dt > 100);
+  // Polling every QP would be kIdle + 1 visits a turn; parked, only the sweep's one.
+  CHECK(dv <= 2 * dt + 16);
+
+  auto* abuf = static_cast<uint8_t*>(aligned_alloc(4096, 8192));
+  auto* bbuf = static_cast<uint8_t*>(aligned_alloc(4096, 8192));
+  for (int i = 0; i < 8192; i++) abuf[i] = static_cast<uint8_t>(i * 13);
+  std::memset(bbuf, 0, 8192);
+  RegMrResp ma = a.mr(pda, abuf, 8192, IBV_ACCESS_LOCAL_WRITE);
+  RegMrResp mb = b.mr(pdb, bbuf, 8192, IBV_ACCESS_LOCAL_WRITE);
+  const uint64_t rung = f.backend.stats().doorbells;
+  droce_shm_recv_wqe r{};
+  r.wr_id = 9;
+  r.num_sge = 1;
+  r.sge[0] = {reinterpret_cast<uint64_t>(bbuf), 4096, mb.lkey};
+  REQUIRE(qpb.rq.try_push(r));  // b's QP is parked: rings its bit
+  droce_shm_send_wqe w{};
+  w.wr_id = 5;
+  w.opcode = DROCE_WR_SEND;
+  w.send_flags = DROCE_SEND_SIGNALED;
+  w.num_sge = 1;
+  w.u.sge[0] = {reinterpret_cast<uint64_t>(abuf), 3000, ma.lkey};
+  REQUIRE(qps[pick].sq.try_push(w));  // one of 64 parked QPs
+  droce_shm_cqe e{};
+  REQUIRE(wait_cqe(cqa, e));
+  CHECK(e.wr_id == 5);
+  CHECK(e.status == IBV_WC_SUCCESS);
+  CHECK(e.qp_num == qpns[pick]);
+  REQUIRE(wait_cqe(cqb, e));
+  CHECK(e.wr_id == 9);
+  CHECK(e.byte_len == 3000);
+  CHECK(std::memcmp(abuf, bbuf, 3000) == 0);
+  CHECK(f.backend.stats().doorbells >= rung + 2);  // both posts rang their bit
+  // The receive's slot is free again once its completion was reaped (its
+  // QP was parked when the message landed: `done` moved before the CQE).
+  CHECK(qpb.rq.free_slots(64) == 64);
+  CHECK(cqa.poll(1, &e) == 0);  // nothing from the idle QPs
+  free(abuf);
+  free(bbuf);
 }
 
 TEST_CASE("server: random requests from a hostile client never crash it", "[shim][server][fuzz]") {

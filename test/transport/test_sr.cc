@@ -21,9 +21,11 @@ struct Run {
 // `depth` outstanding) over a link losing `loss` of the frames each way; every
 // WRITE completes successfully and node 1's buffer holds node 0's bytes.
 // qps: an existing pair {qpn on node 0, qpn on node 1} (0: a new one);
-// reverse: node 1 writes to node 0.
+// reverse: node 1 writes to node 0. ce0: node 0's ECN-capable frames are
+// marked CE with this probability.
 Run write_stream(World& w, double loss, uint32_t msgs, uint32_t len, uint32_t depth, const QpOpts& o,
-                 bool reverse = false, std::pair<uint32_t, uint32_t>* qps = nullptr, uint64_t delay_ns = 2'000) {
+                 bool reverse = false, std::pair<uint32_t, uint32_t>* qps = nullptr, uint64_t delay_ns = 2'000,
+                 double ce0 = 0) {
   Node& a = *w.node[reverse ? 1 : 0];
   Node& b = *w.node[reverse ? 0 : 1];
   std::pair<uint32_t, uint32_t> made{};
@@ -35,8 +37,9 @@ Run write_stream(World& w, double loss, uint32_t msgs, uint32_t len, uint32_t de
   memlink::Faults f;
   f.loss = loss;
   f.delay_ns = delay_ns;
-  w.link.port(0).set_faults(f);
   w.link.port(1).set_faults(f);
+  f.ce_mark = ce0;  // ce0: node 0's frames CE-marked with this probability
+  w.link.port(0).set_faults(f);
   const size_t slots = depth;
   Node::Buf& src = a.buffer(size_t{len} * slots);
   Node::Buf& dst = b.buffer(size_t{len} * slots);
@@ -174,6 +177,71 @@ TEST_CASE("selective repeat: a listed peer that ignores the mark makes the QP fa
     }
   CHECK(last_marked > 0);
   CHECK(last_marked < n / 2);
+}
+
+TEST_CASE("selective repeat: resends wait for the DCQCN pacer as new packets do", "[sr]") {
+  // Node 0 runs DCQCN with every frame it sends CE-marked: its QP is limited
+  // from the first CNP on, at a fixed 1 Gb/s (the first CNP sets it, no
+  // decrease cuts, no increase comes) with a pacer burst of one byte, so
+  // each frame must leave at least its own wire time at 1 Gb/s after the
+  // one before. 2% of the frames are lost each way: the lost PSNs are resent
+  // from SACKs, and each resend must keep that spacing too.
+  EngineConfig c0 = sr_config(true, {gid_of(1)});
+  c0.dcqcn = true;
+  c0.dcqcn_params.line_rate_kbps = 10'000'000;
+  c0.dcqcn_params.rate_to_set_on_first_cnp_kbps = 1'000'000;
+  c0.dcqcn_params.min_dec_fac_pct = 0;
+  c0.dcqcn_params.time_reset_ns = 1'000'000'000'000ull;
+  c0.dcqcn_params.byte_reset = 1ull << 50;
+  c0.dcqcn_params.burst_bytes = 1;
+  World w(14, 0);
+  w.node.push_back(std::make_unique<Node>(0, w.link, w.clock, c0));
+  w.node.push_back(std::make_unique<Node>(1, w.link, w.clock, sr_config(true, {gid_of(0)})));
+  w.link.record(true);
+  QpOpts o;
+  o.mtu = Mtu::M1024;
+  o.timeout = 14;  // 67 ms: the SACKs repair, not the ACK timeout
+  const Run r = write_stream(w, 0.02, 16, 64 * 1024, 2, o, false, nullptr, 2'000, /*ce0=*/1.0);
+  REQUIRE(r.ok);
+  Engine& tx = *w.node[0]->eng;
+  REQUIRE(tx.counter(Ctr::SrResent) > 0);
+  REQUIRE(tx.counter(Ctr::AckTimeouts) == 0);
+  // Node 0's requests from the first one after the first CNP reached it.
+  uint64_t cnp_at = UINT64_MAX;
+  struct Tx {
+    uint64_t t, wire;
+    uint32_t psn;
+    bool resend;
+  };
+  std::vector<Tx> sent;
+  uint32_t high = 0;
+  bool any = false;
+  for (const auto& rec : w.link.recorded()) {
+    wire::PacketView v;
+    if (wire::parse_frame(rec.bytes, v) != wire::ParseError::Ok) continue;
+    if (rec.from_port == 1 && v.h.bth.opcode == wire::op::CNP && cnp_at == UINT64_MAX) cnp_at = rec.time_ns;
+    if (rec.from_port != 0 || v.h.bth.opcode != wire::op::RC_WRITE_ONLY) continue;
+    const uint32_t psn = v.h.bth.psn;
+    const bool resend = any && !wire::psn_gt(psn, high);
+    if (!any || wire::psn_gt(psn, high)) high = psn;
+    any = true;
+    // The pacer charges the payload plus 62 bytes of headers, ICRC and FCS.
+    if (cnp_at != UINT64_MAX && rec.time_ns > cnp_at + 2'000) sent.push_back({rec.time_ns, uint64_t{v.payload_len} + 62, psn, resend});
+  }
+  REQUIRE(sent.size() > 100);
+  uint64_t resends = 0, early = 0;
+  for (size_t i = 1; i < sent.size(); ++i) {
+    resends += sent[i].resend;
+    // At 1 Gb/s a frame of B bytes takes 8 B ns; the one-byte burst allows 8 ns.
+    if (sent[i].t + 8 < sent[i - 1].t + 8 * sent[i - 1].wire) {
+      ++early;
+      UNSCOPED_INFO("PSN " << sent[i].psn << (sent[i].resend ? " (resend)" : "") << " at " << sent[i].t << " ns, "
+                           << sent[i - 1].wire << " B sent at " << sent[i - 1].t);
+    }
+  }
+  INFO(sent.size() << " paced frames, " << resends << " of them resends");
+  CHECK(resends > 0);
+  CHECK(early == 0);
 }
 
 // Goodput of a stream of 64 KiB WRITEs (MTU 4096, 16 outstanding, 25 Gb/s

@@ -114,22 +114,40 @@ int ClientCq::poll(int n, droce_shm_cqe* out) {
   return static_cast<int>(k);
 }
 
-int ClientQp::attach(int fd, const CreateQpResp& r, bool has_srq) {
+int ClientDoorbell::open(ShimConnection& conn) {
+  DoorbellResp r{};
+  int fd = -1, nfd = 0;
+  int rc = conn.call<Op::OpenDoorbell>({}, r, nullptr, 0, &fd, 1, &nfd);
+  if (rc != 0) return rc;
+  if (nfd != 1) return -EPROTO;
+  if (r.nbits != DROCE_SHM_DB_BITS || r.region_size < sizeof(droce_shm_doorbell)) {
+    ::close(fd);
+    return -EPROTO;
+  }
+  ShmRegion region;
+  if ((rc = region.map(fd, r.region_size)) != 0) return rc;
+  const auto* db = static_cast<const droce_shm_doorbell*>(region.addr());
+  if (db->magic != DROCE_SHM_DB_MAGIC || db->version != DROCE_SHM_ABI_VERSION) return -EPROTO;
+  region_ = std::move(region);
+  return 0;
+}
+
+int ClientQp::attach(int fd, const CreateQpResp& r, bool has_srq, droce_shm_doorbell* db) {
   if (int rc = region_.map(fd, r.region_size)) return rc;
   RingSpec spec[2] = {
       {DROCE_SHM_RING_SEND, r.sq_entries, sizeof(droce_shm_send_wqe), 0, 0},
       {DROCE_SHM_RING_RECV, r.rq_entries, sizeof(droce_shm_recv_wqe), 0, 0}};
   if (!check_object_region(region_, DROCE_SHM_REGION_QP, spec, has_srq ? 1 : 2)) return -EPROTO;
-  if (!sq.attach(region_ring(region_, 0), r.sq_entries)) return -EPROTO;
-  if (!has_srq && !rq.attach(region_ring(region_, 1), r.rq_entries, true)) return -EPROTO;
+  if (!sq.attach(region_ring(region_, 0), r.sq_entries, false, db)) return -EPROTO;
+  if (!has_srq && !rq.attach(region_ring(region_, 1), r.rq_entries, true, db)) return -EPROTO;
   return 0;
 }
 
-int ClientSrq::attach(int fd, const CreateSrqResp& r) {
+int ClientSrq::attach(int fd, const CreateSrqResp& r, droce_shm_doorbell* db) {
   if (int rc = region_.map(fd, r.region_size)) return rc;
   RingSpec spec{DROCE_SHM_RING_RECV, r.ring_entries, sizeof(droce_shm_recv_wqe), 0, 0};
   if (!check_object_region(region_, DROCE_SHM_REGION_SRQ, &spec, 1)) return -EPROTO;
-  return rq.attach(region_ring(region_, 0), r.ring_entries, true) ? 0 : -EPROTO;
+  return rq.attach(region_ring(region_, 0), r.ring_entries, true, db) ? 0 : -EPROTO;
 }
 
 // ---- memory registry ------------------------------------------------------

@@ -94,9 +94,21 @@ class ClientCq {
   RingConsumer<droce_shm_cqe> ring_;
 };
 
+// The connection's doorbell region (droce_shm_abi.h, "doorbells"): rings
+// attached with it ring their object's bit when the daemon has parked them.
+class ClientDoorbell {
+ public:
+  // OpenDoorbell on conn; 0, or -errno (then none: every ring is polled).
+  int open(ShimConnection& conn);
+  droce_shm_doorbell* get() const { return static_cast<droce_shm_doorbell*>(region_.addr()); }
+
+ private:
+  ShmRegion region_;
+};
+
 class ClientQp {
  public:
-  int attach(int fd, const proto::CreateQpResp& r, bool has_srq);
+  int attach(int fd, const proto::CreateQpResp& r, bool has_srq, droce_shm_doorbell* db = nullptr);
   RingProducer<droce_shm_send_wqe> sq;
   // Unattached with an SRQ. Follows the daemon's `done`: full at max_recv_wr
   // receives not yet finished (ibv_post_recv: ENOMEM).
@@ -109,7 +121,7 @@ class ClientQp {
 
 class ClientSrq {
  public:
-  int attach(int fd, const proto::CreateSrqResp& r);
+  int attach(int fd, const proto::CreateSrqResp& r, droce_shm_doorbell* db = nullptr);
   RingProducer<droce_shm_recv_wqe> rq;  // follows `done`, as ClientQp's rq
   SpinLock lock;
 

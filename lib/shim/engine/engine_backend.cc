@@ -92,6 +92,12 @@ struct EngineShimBackend::Srq {
   std::atomic<uint32_t> limit{0};
   int async_fd = -1;
   std::atomic<uint32_t> events{0};
+  // Doorbell (core thread, but db_bit / dbc set before the core sees it).
+  uint32_t db_bit = DROCE_SHM_DB_NONE;
+  DbClient* dbc = nullptr;
+  bool active = false;  // in the core's active list: polled every turn
+  bool parked = false;  // ring idle = 1: polled again when its bit is rung
+  uint32_t quiet = 0;   // turns in a row without work while active
 };
 
 struct EngineShimBackend::Qp {
@@ -117,13 +123,39 @@ struct EngineShimBackend::Qp {
   bool err_seen = false;         // the current stay in ERR was looked at
   bool app_err = false;          // the client moved the QP to ERR itself
   std::atomic<uint32_t> events{0};  // pending ibv_event_type bits, taken by the control thread
+  // Doorbell, as Srq's.
+  uint32_t db_bit = DROCE_SHM_DB_NONE;
+  DbClient* dbc = nullptr;
+  bool active = false;
+  bool parked = false;
+  uint32_t quiet = 0;
+};
+
+// A client's doorbell region and what its bits name.
+struct EngineShimBackend::DbClient {
+  droce_shm_doorbell* db = nullptr;
+  size_t core = 0;
+  struct Target {
+    Qp* qp = nullptr;
+    Srq* srq = nullptr;
+  };
+  std::vector<Target> slots;        // by bit; changed on the core thread only
+  std::vector<uint32_t> free_bits;  // control thread
 };
 
 struct EngineShimBackend::Core {
   std::vector<Qp*> qps;  // core thread only (changed through run_on)
   std::vector<Srq*> srqs;
   std::vector<Cq*> cqs;
-  Ctr sq_wqes, rq_wqes, cqes, bad_wqes, corrupt, events, async_events;
+  // Doorbells (README, "The doorbell"): the clients' regions on this core,
+  // the QPs / SRQs polled every turn (capacity reserved at create: no
+  // allocation on a turn), the sweep's next index, QPs by port and QPN.
+  std::vector<DbClient*> dbs;
+  std::vector<Qp*> active_qps;
+  std::vector<Srq*> active_srqs;
+  size_t sweep_qp = 0, sweep_srq = 0;
+  std::vector<std::vector<Qp*>> by_qpn;  // [port][qpn], grown at create (control path)
+  Ctr sq_wqes, rq_wqes, cqes, bad_wqes, corrupt, events, async_events, visits, doorbells, parks;
 };
 
 EngineShimBackend::EngineShimBackend(engine::Dataplane& dp, const config::Config& cfg)
@@ -160,6 +192,9 @@ ShimBackendStats EngineShimBackend::stats() const {
     s.corrupt_rings += k->corrupt.get();
     s.events += k->events.get();
     s.async_events += k->async_events.get();
+    s.ring_visits += k->visits.get();
+    s.doorbells += k->doorbells.get();
+    s.parks += k->parks.get();
   }
   return s;
 }
@@ -419,18 +454,24 @@ int EngineShimBackend::create_srq(const ClientInfo& c, const SrqSetup& s, SrqRes
   if (!q->ring.attach(s.ring, s.ring_entries)) return -EINVAL;
   Srq* p = q.get();
   Core* k = cores_[q->core].get();
+  p->db_bit = take_db_bit(c, &p->dbc);
+  p->ring.set_doorbell_bit(p->db_bit);
   const uint32_t pd = static_cast<uint32_t>(s.pd);
   const uint32_t depth = s.ring_entries;
-  const int rc = on_core(q->core, [p, k, pd, depth](engine::CoreLoop& l) {
+  const int rc = on_core(q->core, [this, p, k, pd, depth](engine::CoreLoop& l) {
     p->eng = l.engine(p->port);
     if (!p->eng) return -ENODEV;
     p->esrq = p->eng->create_srq(verbs::Pd{pd}, depth);
     if (!p->esrq) return -ENOMEM;
     k->srqs.push_back(p);
+    k->active_srqs.reserve(k->srqs.size());
+    if (p->dbc) p->dbc->slots[p->db_bit].srq = p;
+    activate(*k, *p);  // polled from the start (idle = 0)
     return 0;
   });
   if (rc) {
     if (rc == -ETIMEDOUT) q.release();
+    else give_db_bit(p->dbc, p->db_bit);
     return rc;
   }
   out.id = next_id_++;
@@ -465,11 +506,16 @@ int EngineShimBackend::destroy_srq(const ClientInfo&, ObjId id) {
   Srq* p = it->second.get();
   Core* k = cores_[p->core].get();
   const int rc = on_core(p->core, [p, k](engine::CoreLoop&) {
+    const int e = p->eng->destroy_srq(p->esrq);
+    if (e == EBUSY) return -e;
     std::erase(k->srqs, p);
-    return -p->eng->destroy_srq(p->esrq);
+    std::erase(k->active_srqs, p);
+    if (p->dbc) p->dbc->slots[p->db_bit].srq = nullptr;
+    return -e;
   });
   if (rc == -EBUSY) return rc;
   if (rc == -ETIMEDOUT) it->second.release();
+  else give_db_bit(p->dbc, p->db_bit);
   srqs_.erase(it);
   return rc == -ETIMEDOUT ? rc : 0;
 }
@@ -526,16 +572,27 @@ int EngineShimBackend::create_qp(const ClientInfo& c, const QpSetup& s, QpResult
   init.cap.max_inline_data = std::min<uint32_t>(s.cap.max_inline_data, DROCE_SHM_MAX_INLINE);
   Qp* p = q.get();
   Core* k = cores_[q->core].get();
-  const int rc = on_core(q->core, [p, k, init](engine::CoreLoop& l) {
+  p->db_bit = take_db_bit(c, &p->dbc);
+  p->sq.set_doorbell_bit(p->db_bit);
+  if (p->has_rq) p->rq.set_doorbell_bit(p->db_bit);
+  const int rc = on_core(q->core, [this, p, k, init](engine::CoreLoop& l) {
     if (l.engine(p->port) != p->scq->eng) return -EINVAL;
     p->eng = p->scq->eng;
     if (int e = p->eng->create_qp(init, &p->qpn)) return -e;
     p->eqp = p->eng->qp(p->qpn);
     k->qps.push_back(p);
+    k->active_qps.reserve(k->qps.size());
+    if (k->by_qpn.size() <= p->port) k->by_qpn.resize(p->port + 1);
+    auto& v = k->by_qpn[p->port];
+    if (v.size() <= p->qpn) v.resize(p->qpn + 1, nullptr);
+    v[p->qpn] = p;
+    if (p->dbc) p->dbc->slots[p->db_bit].qp = p;
+    activate(*k, *p);  // polled from the start (idle = 0)
     return 0;
   });
   if (rc) {
     if (rc == -ETIMEDOUT) q.release();
+    else give_db_bit(p->dbc, p->db_bit);
     return rc;
   }
   out.id = next_id_++;
@@ -663,9 +720,13 @@ int EngineShimBackend::destroy_qp(const ClientInfo&, ObjId id) {
   Core* k = cores_[p->core].get();
   const int rc = on_core(p->core, [p, k](engine::CoreLoop&) {
     std::erase(k->qps, p);
+    std::erase(k->active_qps, p);
+    if (p->port < k->by_qpn.size() && p->qpn < k->by_qpn[p->port].size()) k->by_qpn[p->port][p->qpn] = nullptr;
+    if (p->dbc) p->dbc->slots[p->db_bit].qp = nullptr;
     return -p->eng->destroy_qp(p->qpn);
   });
   if (rc == -ETIMEDOUT) it->second.release();
+  else give_db_bit(p->dbc, p->db_bit);
   const bool groups = p->mcast_groups != 0;
   const uint32_t port = p->port;
   qps_.erase(it);
@@ -734,7 +795,63 @@ int EngineShimBackend::destroy_ah(const ClientInfo&, ObjId id) {
   return 0;
 }
 
-void EngineShimBackend::client_gone(const ClientInfo& c) { client_core_.erase(c.id); }
+// ---- doorbells (control thread) ----
+
+int EngineShimBackend::open_doorbell(const ClientInfo& c, droce_shm_doorbell* db) {
+  if (db == nullptr) return -EINVAL;
+  if (dbs_.count(c.id)) return -EALREADY;
+  const int core = core_of(c);
+  if (core < 0) return core;
+  auto d = std::make_unique<DbClient>();
+  d->db = db;
+  d->core = static_cast<size_t>(core);
+  d->slots.resize(DROCE_SHM_DB_BITS);
+  d->free_bits.reserve(DROCE_SHM_DB_BITS);
+  for (uint32_t b = DROCE_SHM_DB_BITS; b-- > 0;) d->free_bits.push_back(b);  // bit 0 first
+  DbClient* p = d.get();
+  Core* k = cores_[d->core].get();
+  const int rc = on_core(d->core, [p, k](engine::CoreLoop&) {
+    k->dbs.push_back(p);
+    return 0;
+  });
+  if (rc) {
+    if (rc == -ETIMEDOUT) d.release();  // the core may still run it
+    return rc;
+  }
+  dbs_[c.id] = std::move(d);
+  return 0;
+}
+
+// A free bit of the client's doorbell (and the DbClient), or DROCE_SHM_DB_NONE
+// without a doorbell or with every bit taken: the object is always polled.
+uint32_t EngineShimBackend::take_db_bit(const ClientInfo& c, DbClient** dbc) {
+  *dbc = nullptr;
+  auto it = dbs_.find(c.id);
+  if (it == dbs_.end() || it->second->free_bits.empty()) return DROCE_SHM_DB_NONE;
+  *dbc = it->second.get();
+  const uint32_t b = (*dbc)->free_bits.back();
+  (*dbc)->free_bits.pop_back();
+  return b;
+}
+
+void EngineShimBackend::give_db_bit(DbClient* dbc, uint32_t bit) {
+  if (dbc != nullptr && bit < DROCE_SHM_DB_BITS) dbc->free_bits.push_back(bit);
+}
+
+void EngineShimBackend::client_gone(const ClientInfo& c) {
+  client_core_.erase(c.id);
+  auto it = dbs_.find(c.id);
+  if (it == dbs_.end()) return;
+  DbClient* p = it->second.get();
+  Core* k = cores_[p->core].get();
+  // The core stops reading the region before the server unmaps it.
+  if (on_core(p->core, [p, k](engine::CoreLoop&) {
+        std::erase(k->dbs, p);
+        return 0;
+      }) == -ETIMEDOUT)
+    it->second.release();
+  dbs_.erase(it);
+}
 
 bool EngineShimBackend::take_qp_event(const ClientInfo&, ObjId id, uint32_t& type) {
   auto it = qps_.find(id);
@@ -977,6 +1094,14 @@ uint32_t EngineShimBackend::drain_srq(Core& k, Srq& s) noexcept {
   }
   release(s.ring, i, k.rq_wqes);
   if (ring_corrupt(s.ring, s.dead, k.corrupt)) return i;
+  srq_maint(k, s);
+  return i;
+}
+
+// What moves when a QP takes a WQE from the SRQ (on a turn that drains it,
+// and before a completion of one of its QPs is published).
+void EngineShimBackend::srq_maint(Core& k, Srq& s) noexcept {
+  if (s.dead) return;
   // A WQE leaves the SRQ when a QP takes it (as rxe frees the SRQ slot).
   publish_done(s.ring, s.done, s.esrq->count());
   // Armed limit: fewer WQEs left (in the engine's SRQ and still in the ring) than it.
@@ -986,7 +1111,6 @@ uint32_t EngineShimBackend::drain_srq(Core& k, Srq& s) noexcept {
     if (s.limit.compare_exchange_strong(expect, 0, std::memory_order_acq_rel))  // one event per arm
       raise_event(s.events, IBV_EVENT_SRQ_LIMIT_REACHED, s.async_fd, k.async_events);
   }
-  return i;
 }
 
 void EngineShimBackend::cq_overrun(Core& k, Cq& c) noexcept {
@@ -1019,9 +1143,17 @@ uint32_t EngineShimBackend::drain_cq(Core& k, Cq& c) noexcept {
   verbs::Wc wc[kBatch];
   const int n = c.ecq->poll(wc, static_cast<int>(room));
   bool error = false;
+  uint32_t last_qpn = UINT32_MAX;
   for (int i = 0; i < n; ++i) {
     droce_shm_cqe* e = c.ring.slot(static_cast<uint32_t>(i));
     const verbs::Wc& w = wc[i];
+    // A parked QP is not visited on every turn: its `done` (and its SRQ's)
+    // moves here, before the completion is visible (one lookup per run of
+    // completions of one QP).
+    if (w.qp_num != last_qpn) {
+      last_qpn = w.qp_num;
+      before_cqe(k, c.port, w.qp_num);
+    }
     e->wr_id = w.wr_id;
     e->status = static_cast<uint32_t>(w.status);
     e->opcode = static_cast<uint32_t>(w.opcode);
@@ -1052,10 +1184,155 @@ uint32_t EngineShimBackend::drain_cq(Core& k, Cq& c) noexcept {
   return static_cast<uint32_t>(n);
 }
 
+void EngineShimBackend::before_cqe(Core& k, uint32_t port, uint32_t qpn) noexcept {
+  if (port >= k.by_qpn.size() || qpn >= k.by_qpn[port].size()) return;
+  Qp* q = k.by_qpn[port][qpn];
+  if (q == nullptr || q->dead) return;  // QP1 (the CM's), or one of the embedding's
+  check_async(k, *q, q->eqp->state);
+  publish_rq_done(*q);
+  if (q->srq) srq_maint(k, *q->srq);
+}
+
+// ---- doorbells (core thread) ----
+
+void EngineShimBackend::activate(Core& k, Qp& q) noexcept {
+  if (q.parked) {
+    q.parked = false;
+    q.sq.unpark();
+    if (q.has_rq) q.rq.unpark();
+  }
+  q.quiet = 0;
+  if (q.active) return;
+  q.active = true;
+  k.active_qps.push_back(&q);  // capacity reserved at create: no allocation
+}
+
+void EngineShimBackend::activate(Core& k, Srq& s) noexcept {
+  if (s.parked) {
+    s.parked = false;
+    s.ring.unpark();
+  }
+  s.quiet = 0;
+  if (s.active) return;
+  s.active = true;
+  k.active_srqs.push_back(&s);
+}
+
+// Stops polling q's rings (droce_shm_abi.h, "doorbells"): idle = 1 on each,
+// then their prod reloaded; false (still polled) when entries are there, held
+// (INIT / RTR, a full engine queue) or published meanwhile.
+bool EngineShimBackend::park(Qp& q) noexcept {
+  if (q.dead) return true;  // never polled again
+  uint32_t left = q.sq.park();
+  if (q.has_rq) left += q.rq.park();
+  if (left != 0) {
+    q.sq.unpark();
+    if (q.has_rq) q.rq.unpark();
+    q.quiet = 0;
+    return false;
+  }
+  q.parked = true;
+  return true;
+}
+
+bool EngineShimBackend::park(Srq& s) noexcept {
+  if (s.dead) return true;
+  if (s.ring.park() != 0) {
+    s.ring.unpark();
+    s.quiet = 0;
+    return false;
+  }
+  s.parked = true;
+  return true;
+}
+
+void EngineShimBackend::take_doorbells(Core& k, DbClient& d) noexcept {
+  std::atomic_ref<uint64_t> summary(d.db->summary);
+  if (summary.load(std::memory_order_relaxed) == 0) return;  // a line the client rarely writes
+  // ACQUIRE exchanges: pair with the client's release ORs.
+  uint64_t words = summary.exchange(0, std::memory_order_acquire);
+  uint64_t taken = 0;
+  while (words != 0) {
+    const uint32_t w = static_cast<uint32_t>(__builtin_ctzll(words));
+    words &= words - 1;
+    if (w >= DROCE_SHM_DB_WORDS) break;
+    uint64_t bits = std::atomic_ref<uint64_t>(d.db->word[w]).exchange(0, std::memory_order_acquire);
+    while (bits != 0) {
+      const uint32_t b = w * 64 + static_cast<uint32_t>(__builtin_ctzll(bits));
+      bits &= bits - 1;
+      ++taken;
+      // A bit that names nothing (rung by a confused client, or for an object
+      // destroyed since) is dropped.
+      const DbClient::Target& t = d.slots[b];
+      if (t.qp) activate(k, *t.qp);
+      else if (t.srq) activate(k, *t.srq);
+    }
+  }
+  k.doorbells.add(taken);
+}
+
+// One turn: the rung doorbells, the active QPs and SRQs (parked after
+// kParkAfter empty turns when they have a bit), one more QP and SRQ of the
+// core (the sweep: asynchronous events, SRQ limits and rings without a
+// doorbell of a client that does not ring it), then the CQs.
 uint32_t EngineShimBackend::poll_core(Core& k) noexcept {
-  uint32_t work = 0;
-  for (Qp* q : k.qps) work += drain_qp(k, *q);
-  for (Srq* s : k.srqs) work += drain_srq(k, *s);
+  for (DbClient* d : k.dbs) take_doorbells(k, *d);
+  uint32_t work = 0, visits = 0, parks = 0;
+  for (size_t i = 0; i < k.active_qps.size();) {
+    Qp* q = k.active_qps[i];
+    const uint32_t w = drain_qp(k, *q);
+    ++visits;
+    work += w;
+    if (w != 0) {
+      q->quiet = 0;
+    } else if ((q->db_bit != DROCE_SHM_DB_NONE || q->dead) && ++q->quiet >= kParkAfter && park(*q)) {
+      q->active = false;
+      k.active_qps[i] = k.active_qps.back();
+      k.active_qps.pop_back();
+      ++parks;
+      continue;
+    }
+    ++i;
+  }
+  for (size_t i = 0; i < k.active_srqs.size();) {
+    Srq* s = k.active_srqs[i];
+    const uint32_t w = drain_srq(k, *s);
+    ++visits;
+    work += w;
+    if (w != 0) {
+      s->quiet = 0;
+    } else if ((s->db_bit != DROCE_SHM_DB_NONE || s->dead) && ++s->quiet >= kParkAfter && park(*s)) {
+      s->active = false;
+      k.active_srqs[i] = k.active_srqs.back();
+      k.active_srqs.pop_back();
+      ++parks;
+      continue;
+    }
+    ++i;
+  }
+  // The sweep: one parked QP and SRQ a turn, in turn.
+  if (!k.qps.empty()) {
+    if (k.sweep_qp >= k.qps.size()) k.sweep_qp = 0;
+    Qp* q = k.qps[k.sweep_qp++];
+    if (!q->active && !q->dead) {
+      ++visits;
+      const uint32_t w = drain_qp(k, *q);
+      work += w;
+      if (w != 0 || q->sq.available() != 0 || (q->has_rq && q->rq.available() != 0)) activate(k, *q);
+    }
+  }
+  if (!k.srqs.empty()) {
+    if (k.sweep_srq >= k.srqs.size()) k.sweep_srq = 0;
+    Srq* s = k.srqs[k.sweep_srq++];
+    if (!s->active && !s->dead) {
+      ++visits;
+      const uint32_t w = drain_srq(k, *s);
+      work += w;
+      if (w != 0 || s->ring.available() != 0) activate(k, *s);
+    }
+  }
+  k.visits.add(visits);
+  if (parks) k.parks.add(parks);
   uint32_t cqes = 0;
   for (Cq* c : k.cqs) cqes += drain_cq(k, *c);
   if (cqes) k.cqes.add(cqes);

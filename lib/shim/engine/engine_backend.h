@@ -59,6 +59,9 @@ IbLinkRate ib_rate_for_eth(uint32_t speed_mbps);
 
 struct ShimBackendStats {
   uint64_t sq_wqes = 0, rq_wqes = 0, cqes = 0, bad_wqes = 0, corrupt_rings = 0, events = 0, async_events = 0;
+  // Doorbells: visits of a QP's or SRQ's rings by the poller (active list and
+  // sweep), doorbell bits taken, rings parked (no longer polled until rung).
+  uint64_t ring_visits = 0, doorbells = 0, parks = 0;
 };
 
 class EngineShimBackend final : public ShimBackend {
@@ -96,12 +99,16 @@ class EngineShimBackend final : public ShimBackend {
   int destroy_ah(const ClientInfo& c, ObjId ah) override;
   int attach_mcast(const ClientInfo& c, ObjId qp, const ibv_gid& gid) override;
   int detach_mcast(const ClientInfo& c, ObjId qp, const ibv_gid& gid) override;
+  int open_doorbell(const ClientInfo& c, droce_shm_doorbell* db) override;
   void client_gone(const ClientInfo& c) override;
   bool take_qp_event(const ClientInfo& c, ObjId qp, uint32_t& type) override;
   bool take_cq_event(const ClientInfo& c, ObjId cq, uint32_t& type) override;
   bool take_srq_event(const ClientInfo& c, ObjId srq, uint32_t& type) override;
 
   static constexpr uint32_t kMaxAhs = 4096;
+  // Turns in a row an active QP / SRQ with a doorbell bit is found empty
+  // before the poller parks it (stops polling it until its bit is rung).
+  static constexpr uint32_t kParkAfter = 256;
 
  private:
   // The largest IB MTU port dev's configured Ethernet MTU carries (query_port's max_mtu).
@@ -110,6 +117,7 @@ class EngineShimBackend final : public ShimBackend {
   struct Srq;
   struct Qp;
   struct Core;
+  struct DbClient;
   struct AhSlot {
     verbs::Ah ah;
     uint32_t pd = 0;
@@ -131,6 +139,18 @@ class EngineShimBackend final : public ShimBackend {
   void check_async(Core& k, Qp& q, verbs::QpState st) noexcept;
   uint32_t drain_srq(Core& k, Srq& s) noexcept;
   uint32_t drain_cq(Core& k, Cq& c) noexcept;
+  void srq_maint(Core& k, Srq& s) noexcept;
+  // Doorbells (core thread): the client's rung bits into the active lists.
+  void take_doorbells(Core& k, DbClient& d) noexcept;
+  void activate(Core& k, Qp& q) noexcept;
+  void activate(Core& k, Srq& s) noexcept;
+  bool park(Qp& q) noexcept;
+  bool park(Srq& s) noexcept;
+  // After a completion of QP qpn reached an engine CQ, before it is
+  // published: the QP's (and its SRQ's) `done`, its asynchronous events.
+  void before_cqe(Core& k, uint32_t port, uint32_t qpn) noexcept;
+  uint32_t take_db_bit(const ClientInfo& c, DbClient** dbc);
+  void give_db_bit(DbClient* dbc, uint32_t bit);
   void cq_overrun(Core& k, Cq& c) noexcept;
   // A bad work request: counted, completed in error, the QP to ERR.
   void qp_error(Core& k, Qp& q, verbs::Cq* cq, uint64_t wr_id, verbs::WcStatus st, bool send) noexcept;
@@ -147,6 +167,7 @@ class EngineShimBackend final : public ShimBackend {
   std::map<ObjId, std::unique_ptr<Cq>> cqs_;
   std::map<ObjId, std::unique_ptr<Srq>> srqs_;
   std::map<ObjId, std::unique_ptr<Qp>> qps_;
+  std::map<uint64_t, std::unique_ptr<DbClient>> dbs_;  // client id -> its doorbell
   ObjId next_id_ = 1;
 };
 

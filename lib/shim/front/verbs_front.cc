@@ -77,6 +77,9 @@ struct FContext {
     std::map<uint32_t, ibv_qp*> qps;    // handle -> QP, for the events' element.qp
     std::map<uint32_t, ibv_cq*> cqs;    // element.cq (IBV_EVENT_CQ_ERR)
     std::map<uint32_t, ibv_srq*> srqs;  // element.srq (IBV_EVENT_SRQ_*)
+    // The connection's doorbell region (droce_shm_abi.h, "doorbells"); none
+    // when the daemon has none to give (the rings are then always polled).
+    ClientDoorbell doorbell;
   };
   Async* async;  // behind a pointer: FContext stays standard-layout
 };
@@ -890,6 +893,9 @@ ibv_context* droce_v11_ibv_open_device(ibv_device* d) {
     return fail<ibv_context>(-ENOMEM);
   }
   if (f->conn.call<Op::OpenAsync>({}, e, nullptr, 0, &f->events_fd, 1, &nfd) != 0 || nfd != 1) f->events_fd = -1;
+  // Before any QP or SRQ: they get a bit only from then on. Without one the
+  // daemon polls their rings on every turn.
+  (void)f->async->doorbell.open(f->conn);
   f->async_fd = epoll_create1(EPOLL_CLOEXEC);
   if (f->async_fd >= 0) {
     epoll_event ev{};
@@ -1294,7 +1300,7 @@ DROCE_EXPORT ibv_srq* ibv_create_srq(ibv_pd* pd, ibv_srq_init_attr* init) {
   if (rc == 0 && nfd != 1) rc = -EPROTO;
   if (rc != 0) return fail<ibv_srq>(rc);
   auto* f = new_obj<FSrq>();
-  if (f == nullptr || (rc = f->ring.attach(fd, r)) != 0) {
+  if (f == nullptr || (rc = f->ring.attach(fd, r, ctx_of(pd->context)->async->doorbell.get())) != 0) {
     if (f != nullptr) delete_obj(f); else close(fd);
     Empty e;
     conn_of(pd->context).call<Op::DestroySrq>({r.handle}, e);
@@ -1359,7 +1365,7 @@ FQp* make_qp(ibv_pd* pd, ibv_qp_init_attr* init) {
   if (rc == 0 && nfd != 1) rc = -EPROTO;
   if (rc != 0) return fail<FQp>(rc);
   auto* f = new_obj<FQp>();
-  if (f == nullptr || (rc = f->ring.attach(fd, r, srq != nullptr)) != 0) {
+  if (f == nullptr || (rc = f->ring.attach(fd, r, srq != nullptr, ctx_of(pd->context)->async->doorbell.get())) != 0) {
     if (f != nullptr) delete_obj(f); else close(fd);
     Empty e;
     conn_of(pd->context).call<Op::DestroyQp>({r.handle}, e);

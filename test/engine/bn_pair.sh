@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# DCQCN between two droced nodes through a bottleneck (issue 13): Debian's
+# ib_write_bw through the drop-in libibverbs, client on node B writing to the
+# server on node A; B's TX goes through the fault injector's bottleneck mode
+# ([port.fault.tx.bottleneck]: BN_GBPS, RED/ECN between Kmin and Kmax on the
+# queue a frame leaves behind, tail drop at the limit). DCQCN on B is turned on
+# and off at run time (droce-ctl dcqcn set), alternating, ROUNDS times; per run
+# the drops, marks, CNPs, retransmits (droce-ctl counters, differences) and
+# ib_write_bw's throughput, and mid-run B's QPs' rates and decreases (droce-ctl
+# qps). Prints a table; a measurement, not a meson test (lib/transport/README.md,
+# "On a real port": with DCQCN the drops fall but do not stop).
+#   [QPS=16] [SECS=3] [ROUNDS=2] [BN_GBPS=0.5] [LINE_MBPS=1000] [EXTRA='validate_rate = 1']
+#   bn_pair.sh DROCED DROCE_CTL FRONT_LIBDIR
+# EXTRA: more [port.dcqcn_params] lines. Runs as root (network namespace).
+set -uo pipefail
+DROCED=$1
+CTL=$2
+LIBDIR=$3
+QPS=${QPS:-16}
+SECS=${SECS:-3}
+ROUNDS=${ROUNDS:-2}
+BN_GBPS=${BN_GBPS:-0.5}
+ns=droce-bn-$$
+T=$(mktemp -d /tmp/droce-bn-pair-XXXXXX)
+pids=()
+source "$(dirname "$0")/../lib/droced_start.sh"
+cleanup() {
+  droced_node_stop "${pids[@]}"
+  ip netns del "$ns" 2>/dev/null || true
+  rm -rf "$T"
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM
+if ! ip netns add "$ns" 2>/dev/null; then echo "SKIP: cannot create network namespaces"; exit 77; fi
+in_ns() { ip netns exec "$ns" "$@"; }
+AFP_RUN=$(cd "$(dirname "$0")/../../scripts" && pwd)/afpacket-run
+ip -n "$ns" link set lo up
+ip -n "$ns" link add va type veth peer name vb
+for d in va vb; do
+  in_ns sysctl -qw "net.ipv6.conf.$d.disable_ipv6=1"
+  ip -n "$ns" link set "$d" up
+done
+node() {
+  DN_TIMEOUT=600 DN_DEVARGS=,framecnt=16384 DN_AFP_RUN=$AFP_RUN DN_PORT_TOML=$6 \
+    droced_node "$1" "$ns" "$2" "$3" "$4" "$5" "$T" "$DROCED"
+  local rc=$?
+  pids+=("$DN_PID")
+  return $rc
+}
+BN=$'[port.fault.tx.bottleneck]\n'"rate_gbps = $BN_GBPS"$'\nkmin_bytes = 5000\nkmax_bytes = 100000\npmax = 0.2\nlimit_bytes = 400000\nmark_dequeue = true'
+# DCQCN off at start; the parameters of test/engine/perf_bottleneck.sh.
+DQ="dcqcn = false"$'\n[port.dcqcn_params]\n'"line_rate_mbps = ${LINE_MBPS:-1000}"$'\nalpha_g = 1020\nalpha_update_period_us = 55\ntime_reset_us = 55\nbyte_reset = 156250\nthreshold = 5\nai_rate_mbps = 5\nhai_rate_mbps = 50\nclamp_tgt_rate = 1\n'"${EXTRA:-}"
+node a va 10.42.0.1 02:00:0a:2a:00:01 "0@0,1@1" "" || exit 1
+node b vb 10.42.0.2 02:00:0a:2a:00:02 "0@1,1@0" "$DQ"$'\n'"$BN" || exit 1
+export LD_LIBRARY_PATH=$LIBDIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+out=$(DROCE_SOCKET=$T/a-verbs.sock timeout 10 ibv_devinfo -v 2>&1)
+gidx=$(echo "$out" | sed -n 's/.*GID\[ *\([0-9]*\)\]:.*::ffff:10.42.0.1.*/\1/p' | head -n 1)
+gidx=${gidx:-0}
+port=$((20000 + RANDOM % 20000))
+snap() {  # snap NODE: the node's counters as name=value, summed over instances
+  "$CTL" -s "$T/$1-ctl.sock" --json counters 2>/dev/null | python3 -c 'import json,sys,collections
+s=collections.Counter()
+for g in json.load(sys.stdin).get("groups", []):
+    for inst in g.get("instances", []):
+        for k, x in zip(g["names"], inst["values"]):
+            s[g["group"] + "." + k] += x
+print(json.dumps(s))'
+}
+printf '%-5s %-4s %9s %7s %8s %8s %8s %10s %8s\n' round dcqcn Gb/s drops marks cnps_rx wcuts retransmit timeouts
+for r in $(seq 1 "$ROUNDS"); do
+  for mode in on off; do
+    "$CTL" -s "$T/b-ctl.sock" dcqcn set -p vb --dcqcn "$mode" >/dev/null || echo "dcqcn set failed"
+    before=$(snap b)
+    port=$((port + 1))
+    DROCE_SOCKET=$T/a-verbs.sock in_ns timeout 60 ib_write_bw -x "$gidx" -q "$QPS" -D "$SECS" -p "$port" >"$T/a.log" 2>&1 &
+    apid=$!
+    sleep 0.4
+    DROCE_SOCKET=$T/b-verbs.sock in_ns timeout 60 ib_write_bw -x "$gidx" -q "$QPS" -D "$SECS" -p "$port" --report_gbits localhost >"$T/b.log" 2>&1 &
+    bpid=$!
+    # Mid-run: B's RC QPs' reaction points (rate decreases, rates).
+    sleep "$(python3 -c "print($SECS / 2 + 1)")"
+    mid=$("$CTL" -s "$T/b-ctl.sock" --json qps 2>/dev/null | python3 -c 'import json,sys
+q=[r for r in json.load(sys.stdin)["qps"] if r["type"] == "RC" and r["state"] == "RTS"]
+lim=[r["rate_mbps"] for r in q if r["rp_limited"]]
+print("mid-run: %d QPs, %d limited, rate %s Mb/s, decreases %d, paced %d" % (len(q), len(lim),
+      "%.0f-%.0f" % (min(lim), max(lim)) if lim else "-", sum(r["rate_decreases"] for r in q), sum(r["paced"] for r in q)))')
+    wait "$bpid"
+    rb=$?
+    wait "$apid"; ra=$?
+    after=$(snap b)
+    gbps=$(grep -E '^ *65536 +[0-9]+ ' "$T/b.log" | awk '{print $4}')
+    python3 - "$before" "$after" "$r" "$mode" "${gbps:-?}" "$ra/$rb" <<'EOF'
+import json, sys
+b, a = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+d = lambda k: a.get(k, 0) - b.get(k, 0)
+keys = list(a)
+def find(sub):
+    ks = [k for k in keys if k.endswith(sub)]
+    return sum(d(k) for k in ks)
+print("%-5s %-4s %9s %7d %8d %8d %8d %10d %8d %s" % (sys.argv[3], sys.argv[4], sys.argv[5], find("fault_tx_bn_drop"), find("fault_tx_bn_mark"),
+      find("transport.cnp_received"), find("transport.window_cuts"), find("req_retransmits"), find("ack_timeouts"), "" if sys.argv[6] == "0/0" else "exit " + sys.argv[6]))
+EOF
+    echo "      $mid"
+  done
+done
+exit 0
