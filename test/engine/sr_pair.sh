@@ -61,15 +61,19 @@ else
   exit 1
 fi
 export LD_LIBRARY_PATH=$LIBDIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+# Sanitizer build: the drop-in is instrumented and Debian's programs are not,
+# so the ASan runtime is preloaded (meson sets DROCE_TEST_PRELOAD).
+pre=(env)
+[ -n "${DROCE_TEST_PRELOAD:-}" ] && pre=(env LD_PRELOAD="$DROCE_TEST_PRELOAD" ASAN_OPTIONS=detect_leaks=0)
 out=$(DROCE_SOCKET=$T/a-verbs.sock timeout 10 ibv_devinfo -v 2>&1)
 gidx=$(echo "$out" | sed -n 's/.*GID\[ *\([0-9]*\)\]:.*::ffff:10.41.0.1.*/\1/p' | head -n 1)
 gidx=${gidx:-0}
 port=$((20000 + RANDOM % 20000))
 
-DROCE_SOCKET=$T/a-verbs.sock in_ns timeout 60 ib_write_bw -x "$gidx" -D 4 -p "$port" >"$T/a.log" 2>&1 &
+DROCE_SOCKET=$T/a-verbs.sock in_ns timeout 60 "${pre[@]}" ib_write_bw -x "$gidx" -D 4 -p "$port" >"$T/a.log" 2>&1 &
 apid=$!
 sleep 0.4
-DROCE_SOCKET=$T/b-verbs.sock in_ns timeout 60 ib_write_bw -x "$gidx" -D 4 -p "$port" localhost >"$T/b.log" 2>&1 &
+DROCE_SOCKET=$T/b-verbs.sock in_ns timeout 60 "${pre[@]}" ib_write_bw -x "$gidx" -D 4 -p "$port" localhost >"$T/b.log" 2>&1 &
 bpid=$!
 # Mid-transfer (bounded: 8 s): both nodes' RC QP connected (the server's stays in
 # RTR: it only receives) with its counters moving.
