@@ -7,6 +7,7 @@
 #   dcqcn-4flows.png   4 flows, marking on departure: NVIDIA's parameters, the paper's timescales
 #   dcqcn-16flows.png  16 flows joining one every 500 us (the paper's timescales)
 #   dcqcn-late.png     3 flows, a 4th from 10 ms (the paper's timescales)
+#   dcqcn-pfc.png      16 flows starting together with PFC (the paper's timescales; PFC alone below)
 #   scripts/dcqcn-plot.sh [OUTDIR]     default build/dcqcn (CSVs there too);
 #                                      scripts/dcqcn-results/ holds the committed figures
 set -euo pipefail
@@ -33,3 +34,4 @@ draw dcqcn-2flows.png 2flows 2flows-off
 draw dcqcn-4flows.png 4flows 4flows-paper 4flows-off
 draw dcqcn-16flows.png 16flows 16flows-off
 draw dcqcn-late.png late late-off
+draw dcqcn-pfc.png 16flows-pfc 16flows-pfc-off

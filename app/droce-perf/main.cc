@@ -954,6 +954,11 @@ void apply_faults(engine::Embedded& node, const Opts& o) {
   bn.rate_bps = static_cast<uint64_t>(o.bn_gbps * 1e9);
   if (bn.active() && !(bn.kmin_bytes < bn.kmax_bytes && bn.kmax_bytes <= bn.limit_bytes))
     throw std::runtime_error("--bn-*: want kmin < kmax <= limit");
+  if (bn.pfc()) {
+    if (bn.pfc_xon_bytes == 0) bn.pfc_xon_bytes = bn.pfc_xoff_bytes / 2;
+    if (!(bn.pfc_xon_bytes < bn.pfc_xoff_bytes && bn.pfc_xoff_bytes <= bn.limit_bytes))
+      throw std::runtime_error("--bn-pfc-*: want xon < xoff <= limit");
+  }
   f.set_bottleneck(config::FaultDir::tx, bn);
   f.publish();
 }
@@ -966,10 +971,11 @@ void print_counters(engine::Embedded& node) {
               pc.sum(stats::PortCounter::fault_rx_duplicate), pc.sum(stats::PortCounter::fault_rx_reorder),
               pc.sum(stats::PortCounter::fault_rx_corrupt), pc.sum(stats::PortCounter::rx_drop_bad_icrc));
   if (node.faults().bottleneck(config::FaultDir::tx).active())
-    std::printf(" tx bottleneck: drops %lu ECN marks %lu max queue %lu bytes\n",
+    std::printf(" tx bottleneck: drops %lu ECN marks %lu max queue %lu bytes PFC pauses %lu\n",
                 static_cast<unsigned long>(pc.sum(stats::PortCounter::fault_tx_bn_drop)),
                 static_cast<unsigned long>(pc.sum(stats::PortCounter::fault_tx_bn_mark)),
-                static_cast<unsigned long>(pc.sum(stats::PortCounter::fault_tx_bn_max_queue)));
+                static_cast<unsigned long>(pc.sum(stats::PortCounter::fault_tx_bn_max_queue)),
+                static_cast<unsigned long>(pc.sum(stats::PortCounter::fault_tx_bn_pause)));
   try {  // what the device itself lost: a ring it overflowed, an mbuf it lacked
     const dpdk::PortStats st = node.port().stats();
     std::printf(" device: missed %lu rx errors %lu no mbuf %lu tx errors %lu | tx full %lu\n",
@@ -1217,6 +1223,9 @@ int main(int argc, char** argv) {
   app.add_option("--bn-pmax", o.bn.pmax, "TX bottleneck: RED Pmax")->check(CLI::Range(0.0, 1.0));
   app.add_option("--bn-limit", o.bn.limit_bytes, "TX bottleneck: tail drop past this many bytes queued");
   app.add_flag("!--bn-no-ecn", o.bn.ecn, "TX bottleneck: tail drop only, no ECN marking");
+  app.add_option("--bn-pfc-xoff", o.bn.pfc_xoff_bytes,
+                 "TX bottleneck: PFC, pause this node's TX once the queue would pass this many bytes (0: no PFC)");
+  app.add_option("--bn-pfc-xon", o.bn.pfc_xon_bytes, "TX bottleneck: PFC, resume once the queue has drained to this (default xoff/2)");
   app.add_option("--sample-us", o.sample_us,
                  "bw tests, client: sample the TX bottleneck's queue and each QP's DCQCN state this often (us)")
       ->check(CLI::Range(1.0, 1e6));

@@ -10,7 +10,7 @@ namespace droce::memlink {
 namespace {
 constexpr const char* kCounterNames[] = {"tx_frames", "delivered", "lost",     "reordered", "duplicated",
                                          "corrupted", "ce_marked", "no_route", "pool_empty", "queue_full",
-                                         "rx_overrun", "bottleneck_drop", "bottleneck_marked"};
+                                         "rx_overrun", "bottleneck_drop", "bottleneck_marked", "pfc_pause"};
 static_assert(std::size(kCounterNames) == static_cast<size_t>(Counter::kCount));
 
 // Min-heap order: earliest delivery first, then send order.
@@ -130,8 +130,6 @@ uint16_t Port::tx_burst(io::PktBuf** bufs, uint16_t n) noexcept {
         return i;
       }
     }
-    L.count(Counter::TxFrames);
-    if (L.recording_) L.recorded_.push_back({now, index_, std::vector<uint8_t>(b->data, b->data + b->len)});
     // Route by destination MAC.
     Port* dst = nullptr;
     for (auto& p : L.ports_) {
@@ -140,6 +138,18 @@ uint16_t Port::tx_burst(io::PktBuf** bufs, uint16_t n) noexcept {
         break;
       }
     }
+    if (dst && dst->bn_.pfc()) {  // PFC: a paused link takes nothing; the sender keeps the rest
+      const uint64_t wire_ns = faults_.delay_ns + (tx_rate_bps_ ? b->len * 8'000'000'000ull / tx_rate_bps_ : 0);
+      const uint64_t arrive = (tx_rate_bps_ ? std::max(now, tx_next_) : now) + wire_ns;
+      bool paused = false;
+      if (!fault::bottleneck_pfc_admit(dst->bn_, dst->bn_next_, dst->bn_pfc_until_, arrive, b->len, &paused)) {
+        if (paused) L.count(Counter::PfcPause);
+        tx_ready_ns_ = std::max(now + 1, dst->bn_pfc_until_ > wire_ns ? dst->bn_pfc_until_ - wire_ns : 0);
+        return i;
+      }
+    }
+    L.count(Counter::TxFrames);
+    if (L.recording_) L.recorded_.push_back({now, index_, std::vector<uint8_t>(b->data, b->data + b->len)});
     if (!dst) {
       L.count(Counter::NoRoute);
       L.put_buf(b);

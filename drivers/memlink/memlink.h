@@ -52,11 +52,14 @@ struct Faults {
 // port leave it at rate_bps (or rate_pps); RED/ECN marking between kmin_bytes
 // and kmax_bytes up to pmax, tail drop past limit_bytes. The model is
 // lib/fault/bottleneck.h, shared with the fault injector of a real port.
+// With PFC (Bottleneck::pfc_xoff_bytes) a sender's tx_burst stops at the
+// first frame that would arrive while the queue is past Xoff (until it has
+// drained to Xon; tx_ready_ns says when), counted in PfcPause per pause.
 using Bottleneck = fault::Bottleneck;
 
 enum class Counter : uint8_t {
   TxFrames, Delivered, Lost, Reordered, Duplicated, Corrupted, CeMarked, NoRoute, PoolEmpty, QueueFull, RxOverrun,
-  BottleneckDrop, BottleneckMarked,
+  BottleneckDrop, BottleneckMarked, PfcPause,
   kCount
 };
 const char* counter_name(Counter c) noexcept;
@@ -134,6 +137,7 @@ class Port final : public io::PacketIo {
   Bottleneck bn_;
   uint64_t bn_next_ = 0;  // when the bottleneck queue toward this port has drained
   uint64_t bn_max_q_ = 0;
+  uint64_t bn_pfc_until_ = 0;  // PFC: senders toward this port are paused until then (arrival time)
   // Frames in flight: those sent in delivery-time order sit in a FIFO ring (the
   // common case, O(1)); frames held back (reordering) go to a min-heap. rx
   // merges the two by (time, sequence), which is the order one heap would give.

@@ -247,7 +247,7 @@ std::string parse_prefix(const std::string& s, int family, std::array<uint8_t, N
   return {};
 }
 
-void read_bottleneck(Reader& r, fault::Bottleneck& b) {
+void read_bottleneck(Reader& r, fault::Bottleneck& b, bool tx) {
   if (const toml::node* n = r.node("rate_gbps")) {
     double v = n->is_integer() ? static_cast<double>(n->as_integer()->get())
                : n->is_floating_point() ? n->as_floating_point()->get()
@@ -269,6 +269,21 @@ void read_bottleneck(Reader& r, fault::Bottleneck& b) {
   r.integer_into("limit_bytes", b.limit_bytes, 64, 1ll << 32);
   r.boolean_into("ecn", b.ecn);
   r.boolean_into("mark_dequeue", b.mark_dequeue);
+  r.integer_into("pfc_xoff_bytes", b.pfc_xoff_bytes, 4096, 1ll << 32);
+  const bool have_xon = r.node("pfc_xon_bytes") != nullptr;
+  r.integer_into("pfc_xon_bytes", b.pfc_xon_bytes, 0, 1ll << 32);
+  if (b.pfc()) {
+    if (!tx) r.fail_key("pfc_xoff_bytes", "PFC pauses this port's own sender: set it on the tx bottleneck");
+    if (!have_xon) b.pfc_xon_bytes = b.pfc_xoff_bytes / 2;
+    if (b.pfc_xon_bytes >= b.pfc_xoff_bytes)
+      r.fail_key("pfc_xon_bytes", std::to_string(b.pfc_xon_bytes) + " is not below pfc_xoff_bytes (" +
+                                      std::to_string(b.pfc_xoff_bytes) + ")");
+    if (b.pfc_xoff_bytes > b.limit_bytes)
+      r.fail_key("pfc_xoff_bytes", std::to_string(b.pfc_xoff_bytes) + " is above limit_bytes (" +
+                                       std::to_string(b.limit_bytes) + ")");
+  } else if (have_xon) {
+    r.fail_key("pfc_xon_bytes", "is set without pfc_xoff_bytes");
+  }
   if (!b.active()) fail(r.src(), r.path(), "a bottleneck needs a drain rate (rate_gbps or rate_pps)");
   if (b.kmin_bytes >= b.kmax_bytes)
     r.fail_key("kmin_bytes", std::to_string(b.kmin_bytes) + " is not below kmax_bytes (" + std::to_string(b.kmax_bytes) + ")");
@@ -277,14 +292,14 @@ void read_bottleneck(Reader& r, fault::Bottleneck& b) {
   r.finish();
 }
 
-void read_fault_rates(Reader& r, FaultRates& out) {
+void read_fault_rates(Reader& r, FaultRates& out, bool tx) {
   r.probability_into("drop", out.drop);
   r.probability_into("duplicate", out.duplicate);
   r.probability_into("reorder", out.reorder);
   r.probability_into("corrupt", out.corrupt);
   if (const toml::table* t = r.table("bottleneck")) {
     Reader br(r.src(), *t, r.key_path("bottleneck"));
-    read_bottleneck(br, out.bottleneck);
+    read_bottleneck(br, out.bottleneck, tx);
   }
   r.finish();
 }
@@ -293,11 +308,11 @@ void read_fault(Reader& r, FaultConfig& f) {
   if (auto s = r.integer("seed", 0, INT64_MAX)) f.seed = static_cast<uint64_t>(*s);
   if (const toml::table* t = r.table("rx")) {
     Reader rr(r.src(), *t, r.key_path("rx"));
-    read_fault_rates(rr, f.rx);
+    read_fault_rates(rr, f.rx, false);
   }
   if (const toml::table* t = r.table("tx")) {
     Reader rr(r.src(), *t, r.key_path("tx"));
-    read_fault_rates(rr, f.tx);
+    read_fault_rates(rr, f.tx, true);
   }
   r.finish();
 }

@@ -38,6 +38,7 @@ struct alignas(64) PortFaults {
   std::atomic<uint32_t> bn_pmax[2] = {};  // threshold, as the probabilities
   std::atomic<bool> bn_ecn[2] = {};
   std::atomic<bool> bn_mark_dequeue[2] = {};
+  std::atomic<uint64_t> bn_pfc_xoff[2] = {}, bn_pfc_xon[2] = {};
   std::atomic<uint64_t> seed{1};
   std::atomic<uint64_t> generation{0};
 
@@ -74,6 +75,8 @@ struct alignas(64) PortFaults {
     bn_pmax[i].store(fault_threshold(b.pmax), std::memory_order_relaxed);
     bn_ecn[i].store(b.ecn, std::memory_order_relaxed);
     bn_mark_dequeue[i].store(b.mark_dequeue, std::memory_order_relaxed);
+    bn_pfc_xoff[i].store(b.pfc_xoff_bytes, std::memory_order_relaxed);
+    bn_pfc_xon[i].store(b.pfc_xon_bytes, std::memory_order_relaxed);
   }
   fault::Bottleneck bottleneck(FaultDir d) const noexcept {
     const size_t i = static_cast<size_t>(d);
@@ -86,6 +89,8 @@ struct alignas(64) PortFaults {
     b.pmax = fault_probability(bn_pmax[i].load(std::memory_order_relaxed));
     b.ecn = bn_ecn[i].load(std::memory_order_relaxed);
     b.mark_dequeue = bn_mark_dequeue[i].load(std::memory_order_relaxed);
+    b.pfc_xoff_bytes = bn_pfc_xoff[i].load(std::memory_order_relaxed);
+    b.pfc_xon_bytes = bn_pfc_xon[i].load(std::memory_order_relaxed);
     return b;
   }
   void publish() noexcept { generation.fetch_add(1, std::memory_order_release); }

@@ -461,7 +461,9 @@ uint16_t DemuxIo::tx_burst(io::PktBuf** bufs, uint16_t n) noexcept {
   // Faults on: the injector may drop, hold or add frames, so this call takes
   // all n; frames the device refuses are counted and freed.
   io::PktBuf* tmp[kTmp];
-  const uint16_t m0 = std::min<uint16_t>(n, kTmp / 2);
+  // PFC on the bottleneck: what it does not take now stays with the engine.
+  const uint16_t m0 = ftx_->pfc_admit(bufs, std::min<uint16_t>(n, kTmp / 2));
+  if (m0 == 0) return 0;
   std::memcpy(tmp, bufs, m0 * sizeof(io::PktBuf*));
   const uint16_t m = ftx_->apply(q_, tmp, m0, kTmp);
   const uint16_t sent = send_frames(tmp, m, true, 4);

@@ -16,6 +16,14 @@
 // takes 1/rate_pps whatever its size; the queue's bytes are then counted as
 // frames waiting x the arriving frame's size). Pure arithmetic, no clock of
 // its own, no allocation: the caller keeps the state (drained_ns, max_queue).
+//
+// PFC (802.1Qbb, pfc_xoff_bytes > 0): a lossless class. A frame that would
+// take the queue past pfc_xoff_bytes is not sent: the switch pauses the link
+// toward it, and the sender keeps its frames (a NIC whose paused priority
+// stops its TX: tx_burst takes nothing more) until the queue has drained to
+// pfc_xon_bytes (bottleneck_pfc_admit). The pause acts at once here (a real
+// switch keeps headroom above Xoff for what is on the wire meanwhile); with
+// pfc_xoff_bytes <= limit_bytes nothing is tail-dropped.
 #pragma once
 
 #include <algorithm>
@@ -32,6 +40,9 @@ struct Bottleneck {
   uint64_t limit_bytes = 1'000'000;
   bool ecn = true;  // false: tail drop only
   bool mark_dequeue = false;  // RED on the queue a frame leaves behind, not the one it finds
+  uint64_t pfc_xoff_bytes = 0;  // PFC: pause the sender past this queue; 0: no PFC
+  uint64_t pfc_xon_bytes = 0;   // PFC: resume once the queue has drained to this
+  bool pfc() const noexcept { return pfc_xoff_bytes != 0; }
   bool active() const noexcept { return rate_bps != 0 || rate_pps != 0; }
 };
 
@@ -91,6 +102,33 @@ bool bottleneck_mark_dequeue(const Bottleneck& b, uint64_t drained_ns, uint64_t 
   if (!b.ecn || !b.mark_dequeue) return false;
   const uint64_t q = bottleneck_queue_bytes(b, drained_ns, depart, len);
   return q > b.kmin_bytes && uniform() < bottleneck_mark_probability(b, q);
+}
+
+// When the queue that drains at drained_ns holds `bytes` (frame_bytes per
+// waiting frame in frames/s mode).
+inline uint64_t bottleneck_drained_to_ns(const Bottleneck& b, uint64_t drained_ns, uint64_t bytes,
+                                         uint32_t frame_bytes = 1024) noexcept {
+  uint64_t left = 0;
+  if (b.rate_bps != 0) left = bytes * 8'000'000ull / (b.rate_bps / 1000);
+  else if (b.rate_pps != 0) left = bytes / (frame_bytes ? frame_bytes : 1) * 1'000'000'000ull / b.rate_pps;
+  return drained_ns > left ? drained_ns - left : 0;
+}
+
+// PFC: may a frame of len bytes reach the queue at `at`? Not while the sender
+// is paused (at < paused_until), nor when it would take the queue past
+// pfc_xoff_bytes: then paused_until becomes the time the queue has drained to
+// pfc_xon_bytes, and the return is false with *paused set when this is a new
+// pause (a PAUSE frame on the wire). Always true without PFC.
+inline bool bottleneck_pfc_admit(const Bottleneck& b, uint64_t drained_ns, uint64_t& paused_until, uint64_t at,
+                                 uint32_t len, bool* paused) noexcept {
+  *paused = false;
+  if (!b.pfc() || !b.active()) return true;
+  if (at < paused_until) return false;
+  const uint64_t q = bottleneck_queue_bytes(b, drained_ns, at, len);
+  if (q == 0 || q + len <= b.pfc_xoff_bytes) return true;  // an empty queue takes any frame
+  paused_until = std::max(at + 1, bottleneck_drained_to_ns(b, drained_ns, b.pfc_xon_bytes, len));
+  *paused = true;
+  return false;
 }
 
 // Marks an Ethernet frame's IPv4/IPv6 packet CE (the IPv4 header checksum

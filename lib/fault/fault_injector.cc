@@ -94,6 +94,24 @@ uint16_t FaultInjector::bn_pass(io::PacketIo* io, io::PktBuf** out, uint16_t nou
   return nout;
 }
 
+uint16_t FaultInjector::pfc_admit(io::PktBuf* const* bufs, uint16_t n) noexcept {
+  if (faults_.generation.load(std::memory_order_relaxed) != generation_) reload();
+  if (!bn_on_ || !bn_.pfc() || dir_ != config::FaultDir::tx) return n;
+  const uint64_t now = clock_->now_ns();
+  // The queue as it would be after each admitted frame (the faults in apply()
+  // may still drop some: then it is shorter, never longer, except duplicates).
+  uint64_t drained = bn_drained_;
+  for (uint16_t i = 0; i < n; ++i) {
+    bool paused = false;
+    if (!bottleneck_pfc_admit(bn_, drained, bn_pfc_until_, now, bufs[i]->len, &paused)) {
+      if (paused) count_bn(3);
+      return i;
+    }
+    drained = std::max(now, drained) + bottleneck_service_ns(bn_, bufs[i]->len);
+  }
+  return n;
+}
+
 uint16_t FaultInjector::release(io::PktBuf** bufs, uint16_t cap) noexcept {
   if (bn_tail_ == bn_head_) return 0;
   if (faults_.generation.load(std::memory_order_relaxed) != generation_) reload();

@@ -65,6 +65,8 @@ class FaultInjector {
   // Frames of the bottleneck queue whose departure time has come, into bufs
   // (at most cap); for polls that send nothing. Returns how many.
   uint16_t release(io::PktBuf** bufs, uint16_t cap) noexcept;
+  // PFC: how many of bufs[0..n) the TX bottleneck takes now (n without PFC).
+  uint16_t pfc_admit(io::PktBuf* const* bufs, uint16_t n) noexcept;
   uint32_t bottleneck_frames() const noexcept { return bn_head_ - bn_tail_; }
   uint64_t bottleneck_queue_bytes(uint64_t now) const noexcept {
     return fault::bottleneck_queue_bytes(bn_, bn_drained_, now);
@@ -79,7 +81,7 @@ class FaultInjector {
     return static_cast<uint32_t>((state_ * 0x2545F4914F6CDD1DULL) >> 32);
   }
   void count(size_t kind) noexcept;
-  void count_bn(size_t which, uint64_t v = 1, bool set = false) noexcept;  // 0 drop, 1 mark, 2 max queue
+  void count_bn(size_t which, uint64_t v = 1, bool set = false) noexcept;  // 0 drop, 1 mark, 2 max queue, 3 pause
   uint16_t bn_pass(io::PacketIo* io, io::PktBuf** out, uint16_t nout, uint16_t cap) noexcept;
 
   const config::PortFaults& faults_;
@@ -98,6 +100,7 @@ class FaultInjector {
   fault::Bottleneck bn_{};
   bool bn_on_ = false;
   uint64_t bn_drained_ = 0, bn_max_q_ = 0;
+  uint64_t bn_pfc_until_ = 0;  // PFC: paused until the queue has drained to Xon
   struct BnFrame {
     io::PktBuf* b;
     uint64_t depart;

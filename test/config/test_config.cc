@@ -534,4 +534,18 @@ TEST_CASE("[port.fault.tx.bottleneck]: the fault injector's bottleneck mode", "[
              Catch::Contains("kmax_bytes: 2000000 is above limit_bytes (1000000)"));
   CHECK_THAT(error_of(t + "rate_gbps = 1\npmax = 2\n"), Catch::Contains("pmax: 2 is out of range 0..1"));
   CHECK_THAT(error_of(t + "rate_gbps = 1\nkmn = 2\n"), Catch::Contains("bottleneck.kmn: unknown key"));
+  // PFC: Xon defaults to Xoff / 2; xon < xoff <= limit; TX only.
+  const auto p = parse_config(t + "rate_gbps = 1\npfc_xoff_bytes = 300000\n").ports[0].fault.tx.bottleneck;
+  CHECK(p.pfc());
+  CHECK(p.pfc_xoff_bytes == 300000);
+  CHECK(p.pfc_xon_bytes == 150000);
+  CHECK(parse_config(t + "rate_gbps = 1\npfc_xoff_bytes = 300000\npfc_xon_bytes = 0\n").ports[0].fault.tx.bottleneck.pfc_xon_bytes == 0);
+  CHECK_FALSE(parse_config(t + "rate_gbps = 1\n").ports[0].fault.tx.bottleneck.pfc());
+  CHECK_THAT(error_of(t + "rate_gbps = 1\npfc_xoff_bytes = 300000\npfc_xon_bytes = 300000\n"),
+             Catch::Contains("pfc_xon_bytes: 300000 is not below pfc_xoff_bytes (300000)"));
+  CHECK_THAT(error_of(t + "rate_gbps = 1\npfc_xoff_bytes = 2000000\n"),
+             Catch::Contains("pfc_xoff_bytes: 2000000 is above limit_bytes (1000000)"));
+  CHECK_THAT(error_of(t + "rate_gbps = 1\npfc_xon_bytes = 1000\n"), Catch::Contains("pfc_xon_bytes: is set without pfc_xoff_bytes"));
+  CHECK_THAT(error_of(kPort + "[port.fault.rx.bottleneck]\nrate_gbps = 1\npfc_xoff_bytes = 300000\n"),
+             Catch::Contains("pfc_xoff_bytes: PFC pauses this port's own sender"));
 }

@@ -368,6 +368,57 @@ TEST_CASE("bottleneck mode marking on departure: RED on the queue a frame leaves
   CHECK(io.free_count() == 256);
 }
 
+// PFC: 1 Gb/s, Xoff 4000 bytes, Xon 1000: of a burst of 30 200-byte frames the
+// queue takes 20 (4000 bytes) and pauses the sender; it takes nothing more until
+// it has drained to 1000 bytes (15 frames gone, 24 us), then up to Xoff again.
+// Nothing is dropped, the frames leave in order, one pause is counted per Xoff.
+TEST_CASE("bottleneck mode with PFC: the sender is paused past Xoff until Xon, nothing is dropped", "[fault][bottleneck]") {
+  PoolIo io(256);
+  ManualClock clk;
+  config::PortFaults pf;
+  fault::Bottleneck bn = tx_bottleneck(0);
+  bn.pfc_xoff_bytes = 4'000;
+  bn.pfc_xon_bytes = 1'000;
+  pf.set_bottleneck(FaultDir::tx, bn);
+  pf.publish();
+  stats::CounterBlock<PortCounter> ctr;
+  FaultInjector f(pf, FaultDir::tx, 1, &ctr);
+  f.set_clock(&clk);
+  std::vector<io::PktBuf*> frames;
+  for (uint32_t i = 0; i < 30; ++i) frames.push_back(ip_frame(io, i, 200, true));
+  uint16_t n = f.pfc_admit(frames.data(), 30);
+  CHECK(n == 20);
+  CHECK(ctr.get(PortCounter::fault_tx_bn_pause) == 1);
+  CHECK(f.apply(io, frames.data(), n, 128) == 0);
+  CHECK(f.bottleneck_queue_bytes(clk.t) == 4'000);
+  io::PktBuf** rest = frames.data() + 20;
+  io::PktBuf* out[128];
+  uint32_t next_seq = 0;
+  auto drain = [&] {
+    const uint16_t k = f.release(out, 128);
+    for (uint16_t i = 0; i < k; ++i) CHECK(tail_seq(out[i]) == next_seq++);
+    io.free_burst(out, k);
+  };
+  // 20 us: 12 frames gone, 1500 bytes left (above Xon): still paused.
+  clk.t += 20'000;
+  drain();
+  CHECK(f.pfc_admit(rest, 10) == 0);
+  CHECK(ctr.get(PortCounter::fault_tx_bn_pause) == 1);  // the same pause
+  // 24 us: 15 gone, 1000 bytes left: resumed; 15 frames fit under Xoff, 10 offered.
+  clk.t += 4'000;
+  drain();
+  n = f.pfc_admit(rest, 10);
+  CHECK(n == 10);
+  CHECK(f.apply(io, rest, n, 128) == 0);
+  CHECK(f.bottleneck_queue_bytes(clk.t) == 3'000);
+  clk.t += 1'000'000;
+  drain();
+  CHECK(next_seq == 30);
+  CHECK(ctr.get(PortCounter::fault_tx_bn_drop) == 0);
+  CHECK(ctr.get(PortCounter::fault_tx_bn_pause) == 1);
+  CHECK(io.free_count() == 256);
+}
+
 TEST_CASE("bottleneck mode: Not-ECT frames are never marked, frames/s rate, switched off mid-queue", "[fault][bottleneck]") {
   PoolIo io(256);
   ManualClock clk;

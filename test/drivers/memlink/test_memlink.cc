@@ -206,6 +206,52 @@ TEST_CASE("memlink: a bottleneck that marks on departure judges the queue a fram
   CHECK(link.free_bufs() == 64);
 }
 
+// PFC on the bottleneck (Xoff 5 frames, Xon 2): a burst of ten is taken up to
+// Xoff, the sender keeps the rest until the queue has drained to Xon (the time
+// tx_ready_ns gives), nothing is dropped and every frame arrives in order.
+TEST_CASE("memlink: PFC pauses the sender past Xoff until Xon, nothing is dropped", "[memlink]") {
+  memlink::VirtualClock clock;
+  memlink::Link link(clock, 1, 64, 2048);
+  auto& a = link.add_port(mac(1));
+  auto& b = link.add_port(mac(2));
+  memlink::Bottleneck bn = small_bottleneck();
+  bn.pfc_xoff_bytes = 5 * 158;
+  bn.pfc_xon_bytes = 2 * 158;
+  b.set_bottleneck(bn);
+  io::PktBuf* bufs[10];
+  REQUIRE(a.alloc_burst(bufs, 10) == 10);
+  for (uint32_t i = 0; i < 10; ++i) {
+    wire::Headers h;
+    h.l2.src = a.mac();
+    h.l2.dst = mac(2);
+    h.l3.src = wire::gid_from_ipv4(0x0A000001);
+    h.l3.dst = wire::gid_from_ipv4(0x0A000002);
+    h.bth.opcode = wire::op::RC_SEND_ONLY;
+    h.bth.psn = i;
+    std::vector<uint8_t> payload(100, 0);
+    bufs[i]->len = static_cast<uint32_t>(wire::build_frame({bufs[i]->data, bufs[i]->cap}, h, payload));
+  }
+  const uint64_t t0 = clock.now_ns();
+  CHECK(a.tx_burst(bufs, 10) == 5);  // 790 bytes queued: Xoff
+  CHECK(link.counter(memlink::Counter::PfcPause) == 1);
+  CHECK(a.tx_ready_ns() == t0 + 3000);  // the queue is at Xon (2 frames) then
+  clock.set(t0 + 2999);
+  CHECK(a.tx_burst(bufs + 5, 5) == 0);
+  CHECK(link.counter(memlink::Counter::PfcPause) == 1);  // still the same pause
+  std::vector<uint32_t> got = receive(b);
+  CHECK(got.size() == 2);
+  clock.set(t0 + 3000);
+  CHECK(a.tx_burst(bufs + 5, 5) == 3);  // 316 + 3 x 158 = Xoff again
+  CHECK(link.counter(memlink::Counter::PfcPause) == 2);
+  clock.set(a.tx_ready_ns());
+  CHECK(a.tx_burst(bufs + 8, 2) == 2);
+  clock.set(t0 + 100'000);
+  for (uint32_t p : receive(b)) got.push_back(p);
+  CHECK(got == std::vector<uint32_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9});
+  CHECK(link.counter(memlink::Counter::BottleneckDrop) == 0);
+  CHECK(link.free_bufs() == 64);
+}
+
 TEST_CASE("memlink: a port's line rate spaces the frames it sends", "[memlink]") {
   memlink::VirtualClock clock;
   memlink::Link link(clock, 1, 64, 2048);
