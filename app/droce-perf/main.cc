@@ -398,7 +398,7 @@ struct Sampler {
     uint32_t qp;
     uint32_t rate_kbps, target_kbps, alpha;
     uint64_t cnps, decreases, increases, tx_bytes, retransmits, paced;
-    uint64_t queue_bytes, drops, marks;
+    uint64_t queue_bytes, drops, marks, pauses;
   };
   uint64_t period_tsc = 0, next_tsc = 0;
   std::vector<Row> rows;
@@ -411,6 +411,7 @@ struct Sampler {
     auto& pc = dp.port_counters(0);
     const uint64_t drops = pc.sum(stats::PortCounter::fault_tx_bn_drop);
     const uint64_t marks = pc.sum(stats::PortCounter::fault_tx_bn_mark);
+    const uint64_t pauses = pc.sum(stats::PortCounter::fault_tx_bn_pause);
     for (size_t qi = 0; qi < s.q.size(); ++qi) {
       const engine::QpHandle& h = s.q[qi].h;
       engine::CoreLoop& c = dp.core(h.core);
@@ -431,6 +432,7 @@ struct Sampler {
       r.queue_bytes = c.slots().empty() ? 0 : c.slots()[0].demux->tx_bottleneck_queue_bytes();
       r.drops = drops;
       r.marks = marks;
+      r.pauses = pauses;
       rows.push_back(r);
     }
   }
@@ -438,14 +440,15 @@ struct Sampler {
     if (!on()) return;
     FILE* f = std::fopen(path.c_str(), "w");
     if (f == nullptr) throw std::runtime_error("--sample-csv: cannot write " + path);
-    std::fprintf(f, "t_us,qp,rate_mbps,target_mbps,alpha,cnps,decreases,increases,tx_bytes,retransmits,paced,queue_bytes,drops,marks\n");
+    std::fprintf(f, "t_us,qp,rate_mbps,target_mbps,alpha,cnps,decreases,increases,tx_bytes,retransmits,paced,queue_bytes,drops,marks,pfc_pauses\n");
     for (const Row& r : rows)
-      std::fprintf(f, "%.1f,%u,%.3f,%.3f,%u,%lu,%lu,%lu,%lu,%lu,%lu,%lu,%lu,%lu\n", r.t_us, r.qp, r.rate_kbps / 1e3,
+      std::fprintf(f, "%.1f,%u,%.3f,%.3f,%u,%lu,%lu,%lu,%lu,%lu,%lu,%lu,%lu,%lu,%lu\n", r.t_us, r.qp, r.rate_kbps / 1e3,
                    r.target_kbps / 1e3, r.alpha, static_cast<unsigned long>(r.cnps),
                    static_cast<unsigned long>(r.decreases), static_cast<unsigned long>(r.increases),
                    static_cast<unsigned long>(r.tx_bytes), static_cast<unsigned long>(r.retransmits),
                    static_cast<unsigned long>(r.paced), static_cast<unsigned long>(r.queue_bytes),
-                   static_cast<unsigned long>(r.drops), static_cast<unsigned long>(r.marks));
+                   static_cast<unsigned long>(r.drops), static_cast<unsigned long>(r.marks),
+                   static_cast<unsigned long>(r.pauses));
     std::fclose(f);
   }
 };

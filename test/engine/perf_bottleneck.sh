@@ -19,6 +19,10 @@
 # (the setting of before) alpha stayed at 0-4/1024 and DCQCN dropped as much as
 # no DCQCN.
 #   perf_bottleneck.sh PATH/TO/droce-perf
+# PFC_XOFF=BYTES (PFC_XON, default XOFF/2): PFC on the bottleneck, the sender
+# paused past Xoff until the queue has drained to Xon (lossless: then asserted
+# instead, no drop and no retransmission in either mode, and with DCQCN at most
+# a PAUSE_RATIO-th of the pauses without).
 # SAMPLE_DIR=DIR: each run's per-QP samples (droce-perf --sample-us) as
 # DIR/{on,off}-ROUND.csv, for scripts/dcqcn-port-plot.py.
 set -uo pipefail
@@ -40,6 +44,9 @@ DROP_RATIO=${DROP_RATIO:-4}
 # only a sender that slows down keeps the queue short.
 RUN=(write_bw -s 65536 -q "$QPS" -D "$SECS" --window "$WINDOW")
 BN=(--bn-gbps "$BN_GBPS" --bn-kmin "$KMIN" --bn-kmax "$KMAX" --bn-pmax 0.2 --bn-limit "$LIMIT" --bn-mark-dequeue)
+PFC_XOFF=${PFC_XOFF:-0}
+PAUSE_RATIO=${PAUSE_RATIO:-4}
+[ "$PFC_XOFF" -gt 0 ] && BN+=(--bn-pfc-xoff "$PFC_XOFF" --bn-pfc-xon "${PFC_XON:-$((PFC_XOFF / 2))}")
 # The paper's timescales (dcqcn::paper_params: alpha over 55 us with g = 1/256,
 # a 55 us timer, F = 5, the byte counter 10 MB) with AI 5 / HAI 50 Mb/s and the
 # target clamped on every decrease.
@@ -90,8 +97,9 @@ check() {  # check NAME CONDITION
   if python3 -c "import sys; sys.exit(0 if ($2) else 1)"; then echo "ok: $1"; else echo "FAIL: $1 ($2)"; fails=$((fails + 1)); fi
 }
 
-echo "$QPS QPs, ${SECS} s, bottleneck $BN_GBPS Gb/s, Kmin $KMIN Kmax $KMAX limit $LIMIT (marking on departure), $ROUNDS rounds"
-declare -A sum=([on_drops]=0 [off_drops]=0 [on_retx]=0 [off_retx]=0 [on_marks]=0)
+echo "$QPS QPs, ${SECS} s, bottleneck $BN_GBPS Gb/s, Kmin $KMIN Kmax $KMAX limit $LIMIT (marking on departure)," \
+  "PFC Xoff ${PFC_XOFF} (0: none), $ROUNDS rounds"
+declare -A sum=([on_drops]=0 [off_drops]=0 [on_retx]=0 [off_retx]=0 [on_marks]=0 [on_pauses]=0 [off_pauses]=0)
 summary=()
 for r in $(seq 1 "$ROUNDS"); do
   for mode in on off; do
@@ -101,20 +109,30 @@ for r in $(seq 1 "$ROUNDS"); do
     run "round $r, DCQCN $mode" "${opts[@]}" || continue
     drops=$(field "drops"); marks=$(field "ECN marks"); maxq=$(field "max queue"); jain=$(field "fairness index:")
     retx=$(field "retransmits"); gbps=$(grep -E "^ +65536 " "$tmp/client.log" | awk '{print $3}')
+    pauses=$(field "PFC pauses")
+    sum[${mode}_pauses]=$((sum[${mode}_pauses] + pauses))
     sum[${mode}_drops]=$((sum[${mode}_drops] + drops))
     sum[${mode}_retx]=$((sum[${mode}_retx] + retx))
     [ "$mode" = on ] && sum[on_marks]=$((sum[on_marks] + marks))
-    summary+=("$(printf '%-5s %-4s %8s %8s %8s %10s %8s %8s' "$r" "$mode" "$gbps" "$jain" "$drops" "$retx" "$maxq" "$marks")")
+    summary+=("$(printf '%-5s %-4s %8s %8s %8s %10s %8s %8s %8s' "$r" "$mode" "$gbps" "$jain" "$drops" "$retx" "$maxq" "$marks" "$pauses")")
     [ "$mode" = on ] && check "round $r, DCQCN: Jain's index $jain >= $JAIN_MIN over $QPS QPs" "$jain >= $JAIN_MIN"
   done
 done
 echo "--- summary (Gb/s of payload, drops and retransmits of the sender, max queue in bytes)"
-printf '%-5s %-4s %8s %8s %8s %10s %8s %8s\n' round dcqcn Gb/s Jain drops retransmit maxqueue marks
+printf '%-5s %-4s %8s %8s %8s %10s %8s %8s %8s\n' round dcqcn Gb/s Jain drops retransmit maxqueue marks pauses
 printf '%s\n' "${summary[@]}"
 check "DCQCN: the queue was marked (${sum[on_marks]} marks)" "${sum[on_marks]} > 0"
-check "no DCQCN: the bottleneck drops (${sum[off_drops]}) and the sender retransmits (${sum[off_retx]})" \
-  "${sum[off_drops]} > 0 and ${sum[off_retx]} > 0"
-check "DCQCN drops ${sum[on_drops]} <= 1/$DROP_RATIO of the drops without (${sum[off_drops]})" \
-  "${sum[on_drops]} * $DROP_RATIO <= ${sum[off_drops]}"
+if [ "$PFC_XOFF" -gt 0 ]; then
+  check "PFC: no drop (${sum[on_drops]} with DCQCN, ${sum[off_drops]} without) and no retransmission (${sum[on_retx]}, ${sum[off_retx]})" \
+    "${sum[on_drops]} + ${sum[off_drops]} + ${sum[on_retx]} + ${sum[off_retx]} == 0"
+  check "no DCQCN: PFC paused the sender (${sum[off_pauses]} pauses)" "${sum[off_pauses]} > 0"
+  check "DCQCN pauses ${sum[on_pauses]} <= 1/$PAUSE_RATIO of the pauses without (${sum[off_pauses]})" \
+    "${sum[on_pauses]} * $PAUSE_RATIO <= ${sum[off_pauses]}"
+else
+  check "no DCQCN: the bottleneck drops (${sum[off_drops]}) and the sender retransmits (${sum[off_retx]})" \
+    "${sum[off_drops]} > 0 and ${sum[off_retx]} > 0"
+  check "DCQCN drops ${sum[on_drops]} <= 1/$DROP_RATIO of the drops without (${sum[off_drops]})" \
+    "${sum[on_drops]} * $DROP_RATIO <= ${sum[off_drops]}"
+fi
 echo "$fails failed"
 [ "$fails" -eq 0 ]
