@@ -423,9 +423,33 @@ int Engine::post_send(uint32_t qpn, const verbs::SendWr& wr) noexcept {
   if (q->state == QpState::Err || q->state == QpState::Sqe) {
     flush_queues(*q, q->state == QpState::Sqe);
   } else if (q->state == QpState::Rts) {
-    req_ready(*q);
+    if (!send_inline(*q)) req_ready(*q);
   }
   return 0;
+}
+
+bool Engine::send_inline(Qp& q) noexcept {
+  // Only when the engine is quiet (README: The fast path, sixth session): on
+  // the thread that polls it, outside poll(), nothing queued to send, the last
+  // poll's requester sent nothing and nothing went inline since (so a burst of
+  // posts leaves as one TX burst at the next poll, as before), and the QP not
+  // paced by DCQCN. The requester then does what poll()'s step 4 would do a
+  // loop turn later, with the same checks (SQ order from its cursor, window,
+  // fence, RNR wait, selective repeat's resends first); due timers run first,
+  // as in poll().
+  if (!cfg_.send_inline || !req_quiet_ || in_poll_ || tx_blocked_ || !idle() || q.rp.limited() ||
+      !pthread_equal(pthread_self(), owner_))
+    return false;
+  req_quiet_ = false;
+  const uint64_t t = clock_.now_ns();
+  if (t > now_) now_ = t;
+  if ((now_ >> tick_shift_) >= wheel_tick_) {
+    run_timers();
+    if (!idle()) return false;  // a timer queued work: poll() takes it in its order
+  }
+  if (requester_run(*this, q, cfg_.pkts_per_turn)) req_ready(q);
+  flush_tx();
+  return true;
 }
 
 int Engine::post_recv(uint32_t qpn, const verbs::RecvWr& wr) noexcept {
@@ -884,6 +908,8 @@ bool Engine::idle() const noexcept { return req_head_ == req_tail_ && resp_head_
 uint32_t Engine::poll(uint64_t now_ns) noexcept {
   now_ = now_ns > now_ ? now_ns : now_;  // time never goes back
   tx_blocked_ = false;
+  in_poll_ = true;
+  owner_ = pthread_self();
   uint32_t work = 0;
   const uint32_t tx_before = static_cast<uint32_t>(counter(Ctr::TxFrames));
   // 1. Receive.
@@ -904,12 +930,15 @@ uint32_t Engine::poll(uint64_t now_ns) noexcept {
     if (responder_tx(*this, *q, cfg_.pkts_per_turn)) resp_ready(*q);
   }
   // 4. Requester.
+  const uint64_t req_before = counter(Ctr::ReqPackets);
   for (uint32_t k = req_head_ - req_tail_; k > 0 && !tx_blocked_; --k) {
     Qp* q = req_q_[req_tail_++ & q_mask_];
     q->in_req_ready = false;
     if (requester_run(*this, *q, cfg_.pkts_per_turn)) req_ready(*q);
   }
+  req_quiet_ = counter(Ctr::ReqPackets) == req_before;
   flush_tx();
+  in_poll_ = false;
   work += static_cast<uint32_t>(counter(Ctr::TxFrames)) - tx_before;
   return work;
 }

@@ -8,6 +8,8 @@
 // thread too. Nothing on the packet path allocates, locks, throws or logs.
 #pragma once
 
+#include <pthread.h>
+
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -173,6 +175,12 @@ struct EngineConfig {
   // group; both tables are allocated at construction (Linux rxe: 8192 x 56).
   uint32_t max_mcast_groups = 64;
   uint32_t max_mcast_qps_per_group = 16;
+  // post_send on the engine's own thread, outside poll(), while the engine is
+  // quiet (nothing queued, the last poll's requester sent nothing): the
+  // requester runs at once and the packet leaves in that call instead of at the
+  // next poll (README: The fast path). A burst of posts still leaves as one TX
+  // burst: only the first of them goes at once.
+  bool send_inline = true;
 };
 
 class Engine {
@@ -331,6 +339,9 @@ class Engine {
   void timer_link(Qp& qp, uint64_t at) noexcept;
   void timer_unlink(Qp& qp) noexcept;
   void flush_tx() noexcept;
+  // post_send's fast way out: runs the requester of q now when the engine is
+  // quiet; false: q goes on the ready list as usual.
+  bool send_inline(Qp& q) noexcept;
   void flush_queues(Qp& qp, bool send_only = false) noexcept;
   void build_template(Qp& qp) noexcept;
   void reset_transport(Qp& qp) noexcept;
@@ -379,6 +390,12 @@ class Engine {
   uint32_t cur_plen_ = 0;
   io::PktBuf* take_tx_buf(size_t frame_len) noexcept;
   bool tx_blocked_ = false;
+  // send_inline: the thread that runs poll() (post_send on any other keeps to
+  // the ready list), poll() running, and whether the last poll's requester sent
+  // nothing (cleared by a packet sent inline until the next poll).
+  pthread_t owner_{};
+  bool in_poll_ = false;
+  bool req_quiet_ = false;
   bool zero_copy_ = false;  // io_.zero_copy_tx() && zero_copy_min != 0
 
   struct alignas(64) Counters {

@@ -43,15 +43,10 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 1' INT TERM
-if ! ip netns add "$ns" 2>/dev/null; then echo "SKIP: cannot create network namespaces"; exit 77; fi
+# shellcheck source=../lib/netns.sh
+source "$(dirname "$0")/../lib/netns.sh"  # droce_veth_ns, AFP_RUN
+if ! droce_veth_ns "$ns"; then echo "SKIP: cannot create network namespaces"; exit 77; fi
 in_ns() { ip netns exec "$ns" "$@"; }
-AFP_RUN=$(cd "$(dirname "$0")/../../scripts" && pwd)/afpacket-run
-ip -n "$ns" link set lo up
-ip -n "$ns" link add va type veth peer name vb
-for d in va vb; do
-  in_ns sysctl -qw "net.ipv6.conf.$d.disable_ipv6=1"
-  ip -n "$ns" link set "$d" up
-done
 
 ok() { pass=$((pass + 1)); echo "ok   $*"; }
 bad() { fail=$((fail + 1)); echo "FAIL $*"; }

@@ -60,9 +60,16 @@ export LD_LIBRARY_PATH=$LIBDIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 # so the ASan runtime is preloaded (meson sets DROCE_TEST_PRELOAD).
 pre=(env)
 [ -n "${DROCE_TEST_PRELOAD:-}" ] && pre=(env LD_PRELOAD="$DROCE_TEST_PRELOAD" ASAN_OPTIONS=detect_leaks=0)
-out=$(DROCE_SOCKET=$T/a-verbs.sock timeout 10 ibv_devinfo -v 2>&1)
+# The GID index of A's 10.41.0.1 (its ::ffff: GID; ibv_devinfo needs the
+# preload too). No fallback: index 0 is the fe80:: link-local GID, which is not
+# in B's selective_repeat_peers, so a run on it would negotiate no SR at all.
+out=$(DROCE_SOCKET=$T/a-verbs.sock timeout 10 "${pre[@]}" ibv_devinfo -v 2>&1)
 gidx=$(echo "$out" | sed -n 's/.*GID\[ *\([0-9]*\)\]:.*::ffff:10.41.0.1.*/\1/p' | head -n 1)
-gidx=${gidx:-0}
+if [ -z "$gidx" ]; then
+  bad "ibv_devinfo -v against node A: no GID of 10.41.0.1"
+  head -n 20 <<<"$out"
+  exit 1
+fi
 port=$((20000 + RANDOM % 20000))
 
 DROCE_SOCKET=$T/a-verbs.sock in_ns timeout 60 "${pre[@]}" ib_write_bw -x "$gidx" -D 4 -p "$port" >"$T/a.log" 2>&1 &

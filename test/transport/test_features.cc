@@ -3,7 +3,9 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cstring>
 #include <set>
+#include <thread>
 
 #include "harness.h"
 
@@ -636,6 +638,50 @@ TEST_CASE("features: many outstanding FETCH_ADDs under loss duplication and reor
     CHECK(v == kN);  // each executed exactly once
     CHECK(std::count(seen.begin(), seen.end(), 1) == kN);
     CHECK(B.eng->counter(Ctr::ErrNakSent) == 0);
+    (void)qb;
+  }
+}
+
+TEST_CASE("features: a post on a quiet engine leaves at once, a burst of posts at the next poll", "[features][inline]") {
+  for (const bool on : {true, false}) {
+    EngineConfig cfg;
+    cfg.send_inline = on;
+    World w(8, 2, cfg);
+    auto [qa, qb] = w.connect(0, 1, QpType::RC);
+    Node& A = *w.node[0];
+    Node& B = *w.node[1];
+    auto& src = A.buffer(4096);
+    auto& dst = B.buffer(4096);
+    fill_random(src.mem, 8);
+    w.settle();  // polled on this thread, nothing to send: quiet
+    auto post = [&](uint64_t id) {
+      SendWr wr = make_wr(id, WrOpcode::RdmaWrite, src, id * 8, 8);
+      wr.rdma = {dst.addr() + id * 8, dst.key};
+      REQUIRE(A.eng->post_send(qa, wr) == 0);
+    };
+    post(0);
+    CHECK(A.eng->counter(Ctr::ReqPackets) == (on ? 1u : 0u));  // built and handed to the port in post_send
+    post(1);
+    post(2);
+    CHECK(A.eng->counter(Ctr::ReqPackets) == (on ? 1u : 0u));  // queued behind it until the next poll
+    A.eng->poll();
+    CHECK(A.eng->counter(Ctr::ReqPackets) == 3);
+    auto c = w.wait_wcs(A, A.scq, 3);
+    REQUIRE(c.size() == 3);
+    for (size_t i = 0; i < 3; ++i) {
+      CHECK(c[i].wr_id == i);
+      CHECK(c[i].status == WcStatus::Success);
+    }
+    w.settle();
+    // Only the thread that polls the engine sends at once: a post from
+    // another one (the engine not being polled meanwhile) waits for poll().
+    std::thread t([&] { post(3); });
+    t.join();
+    CHECK(A.eng->counter(Ctr::ReqPackets) == 3);
+    REQUIRE(w.wait_wcs(A, A.scq, 1).size() == 1);
+    CHECK(std::memcmp(dst.mem.data(), src.mem.data(), 32) == 0);
+    CHECK(A.eng->counter(Ctr::ReqRetransmits) == 0);
+    (void)B;
     (void)qb;
   }
 }
