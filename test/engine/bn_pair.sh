@@ -10,6 +10,7 @@
 # qps). Prints a table; a measurement, not a meson test (lib/transport/README.md,
 # "On a real port": with DCQCN the drops fall but do not stop).
 #   [QPS=16] [SECS=3] [ROUNDS=2] [BN_GBPS=0.5] [LINE_MBPS=1000] [EXTRA='validate_rate = 1']
+#   [PFC_XOFF=BYTES [PFC_XON=BYTES]]  (PFC on the bottleneck; the table then counts pauses too)
 #   bn_pair.sh DROCED DROCE_CTL FRONT_LIBDIR
 # EXTRA: more [port.dcqcn_params] lines. Runs as root (network namespace).
 set -uo pipefail
@@ -43,6 +44,7 @@ node() {
   return $rc
 }
 BN=$'[port.fault.tx.bottleneck]\n'"rate_gbps = $BN_GBPS"$'\nkmin_bytes = 5000\nkmax_bytes = 100000\npmax = 0.2\nlimit_bytes = 400000\nmark_dequeue = true'
+[ -n "${PFC_XOFF:-}" ] && BN+=$'\n'"pfc_xoff_bytes = $PFC_XOFF"$'\n'"pfc_xon_bytes = ${PFC_XON:-$((PFC_XOFF / 2))}"
 # DCQCN off at start; the parameters of test/engine/perf_bottleneck.sh.
 DQ="dcqcn = false"$'\n[port.dcqcn_params]\n'"line_rate_mbps = ${LINE_MBPS:-1000}"$'\nalpha_g = 1020\nalpha_update_period_us = 55\ntime_reset_us = 55\nbyte_reset = 156250\nthreshold = 5\nai_rate_mbps = 5\nhai_rate_mbps = 50\nclamp_tgt_rate = 1\n'"${EXTRA:-}"
 node a va 10.42.0.1 02:00:0a:2a:00:01 "0@0,1@1" "" || exit 1
@@ -50,7 +52,7 @@ node b vb 10.42.0.2 02:00:0a:2a:00:02 "0@1,1@0" "$DQ"$'\n'"$BN" || exit 1
 export LD_LIBRARY_PATH=$LIBDIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 out=$(DROCE_SOCKET=$T/a-verbs.sock timeout 10 ibv_devinfo -v 2>&1)
 gidx=$(echo "$out" | sed -n 's/.*GID\[ *\([0-9]*\)\]:.*::ffff:10.42.0.1.*/\1/p' | head -n 1)
-gidx=${gidx:-0}
+[ -n "$gidx" ] || { echo "no GID of 10.42.0.1 on node A:"; echo "$out"; exit 1; }
 port=$((20000 + RANDOM % 20000))
 snap() {  # snap NODE: the node's counters as name=value, summed over instances
   "$CTL" -s "$T/$1-ctl.sock" --json counters 2>/dev/null | python3 -c 'import json,sys,collections
@@ -61,7 +63,7 @@ for g in json.load(sys.stdin).get("groups", []):
             s[g["group"] + "." + k] += x
 print(json.dumps(s))'
 }
-printf '%-5s %-4s %9s %7s %8s %8s %8s %10s %8s\n' round dcqcn Gb/s drops marks cnps_rx wcuts retransmit timeouts
+printf '%-5s %-4s %9s %7s %8s %8s %8s %10s %8s %7s\n' round dcqcn Gb/s drops marks cnps_rx wcuts retransmit timeouts pauses
 for r in $(seq 1 "$ROUNDS"); do
   for mode in on off; do
     "$CTL" -s "$T/b-ctl.sock" dcqcn set -p vb --dcqcn "$mode" >/dev/null || echo "dcqcn set failed"
@@ -92,8 +94,9 @@ keys = list(a)
 def find(sub):
     ks = [k for k in keys if k.endswith(sub)]
     return sum(d(k) for k in ks)
-print("%-5s %-4s %9s %7d %8d %8d %8d %10d %8d %s" % (sys.argv[3], sys.argv[4], sys.argv[5], find("fault_tx_bn_drop"), find("fault_tx_bn_mark"),
-      find("transport.cnp_received"), find("transport.window_cuts"), find("req_retransmits"), find("ack_timeouts"), "" if sys.argv[6] == "0/0" else "exit " + sys.argv[6]))
+print("%-5s %-4s %9s %7d %8d %8d %8d %10d %8d %7d %s" % (sys.argv[3], sys.argv[4], sys.argv[5], find("fault_tx_bn_drop"), find("fault_tx_bn_mark"),
+      find("transport.cnp_received"), find("transport.window_cuts"), find("req_retransmits"), find("ack_timeouts"), find("fault_tx_bn_pause"),
+      "" if sys.argv[6] == "0/0" else "exit " + sys.argv[6]))
 EOF
     echo "      $mid"
   done
