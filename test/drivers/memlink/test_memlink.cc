@@ -13,7 +13,8 @@ using namespace droce;
 namespace {
 wire::MacAddr mac(int i) { return {2, 0, 0, 0, 0, static_cast<uint8_t>(i)}; }
 
-void send(memlink::Port& p, int to, uint32_t psn) {
+// A 158-byte RC SEND frame (100 bytes of payload, ECT(0)) from p to port `to`, built in a buffer of p's pool.
+io::PktBuf* frame(memlink::Port& p, int to, uint32_t psn) {
   wire::Headers h;
   h.l2.src = p.mac();
   h.l2.dst = mac(to);
@@ -26,6 +27,11 @@ void send(memlink::Port& p, int to, uint32_t psn) {
   io::PktBuf* b;
   REQUIRE(p.alloc_burst(&b, 1) == 1);
   b->len = static_cast<uint32_t>(wire::build_frame({b->data, b->cap}, h, payload));
+  return b;
+}
+
+void send(memlink::Port& p, int to, uint32_t psn) {
+  io::PktBuf* b = frame(p, to, psn);
   REQUIRE(p.tx_burst(&b, 1) == 1);
 }
 
@@ -219,18 +225,7 @@ TEST_CASE("memlink: PFC pauses the sender past Xoff until Xon, nothing is droppe
   bn.pfc_xon_bytes = 2 * 158;
   b.set_bottleneck(bn);
   io::PktBuf* bufs[10];
-  REQUIRE(a.alloc_burst(bufs, 10) == 10);
-  for (uint32_t i = 0; i < 10; ++i) {
-    wire::Headers h;
-    h.l2.src = a.mac();
-    h.l2.dst = mac(2);
-    h.l3.src = wire::gid_from_ipv4(0x0A000001);
-    h.l3.dst = wire::gid_from_ipv4(0x0A000002);
-    h.bth.opcode = wire::op::RC_SEND_ONLY;
-    h.bth.psn = i;
-    std::vector<uint8_t> payload(100, 0);
-    bufs[i]->len = static_cast<uint32_t>(wire::build_frame({bufs[i]->data, bufs[i]->cap}, h, payload));
-  }
+  for (uint32_t i = 0; i < 10; ++i) bufs[i] = frame(a, 2, i);
   const uint64_t t0 = clock.now_ns();
   CHECK(a.tx_burst(bufs, 10) == 5);  // 790 bytes queued: Xoff
   CHECK(link.counter(memlink::Counter::PfcPause) == 1);
@@ -279,17 +274,8 @@ TEST_CASE("memlink: a port's TX backlog bound takes a burst only while it fits",
   CHECK(a.tx_ready_ns() == 0);
   // Two more frames, built in place.
   io::PktBuf* bufs[2];
-  REQUIRE(a.alloc_burst(bufs, 2) == 2);
   for (uint32_t i = 0; i < 2; ++i) {
-    wire::Headers h;
-    h.l2.src = a.mac();
-    h.l2.dst = mac(2);
-    h.l3.src = wire::gid_from_ipv4(0x0A000001);
-    h.l3.dst = wire::gid_from_ipv4(0x0A000002);
-    h.bth.opcode = wire::op::RC_SEND_ONLY;
-    h.bth.psn = 3 + i;
-    std::vector<uint8_t> payload(100, 0);
-    bufs[i]->len = static_cast<uint32_t>(wire::build_frame({bufs[i]->data, bufs[i]->cap}, h, payload));
+    bufs[i] = frame(a, 2, 3 + i);
     REQUIRE(bufs[i]->len == 158);
   }
   CHECK(a.tx_burst(bufs, 2) == 0);
