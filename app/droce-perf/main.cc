@@ -955,13 +955,10 @@ void apply_faults(engine::Embedded& node, const Opts& o) {
   f.set(config::FaultDir::rx, config::FaultKind::corrupt, o.f_corrupt);
   fault::Bottleneck bn = o.bn;
   bn.rate_bps = static_cast<uint64_t>(o.bn_gbps * 1e9);
-  if (bn.active() && !(bn.kmin_bytes < bn.kmax_bytes && bn.kmax_bytes <= bn.limit_bytes))
-    throw std::runtime_error("--bn-*: want kmin < kmax <= limit");
-  if (bn.pfc()) {
-    if (bn.pfc_xon_bytes == 0) bn.pfc_xon_bytes = bn.pfc_xoff_bytes / 2;
-    if (!(bn.pfc_xon_bytes < bn.pfc_xoff_bytes && bn.pfc_xoff_bytes <= bn.limit_bytes))
-      throw std::runtime_error("--bn-pfc-*: want xon < xoff <= limit");
-  }
+  if (bn.pfc() && bn.pfc_xon_bytes == 0) bn.pfc_xon_bytes = bn.pfc_xoff_bytes / 2;
+  if (const auto e = fault::bottleneck_check(bn); bn.active() && e.key != nullptr)
+    throw std::runtime_error(std::string("--bn-*: ") + e.key + " " + std::to_string(e.value) + " " + e.what + " (" +
+                             std::to_string(e.bound) + ")");
   f.set_bottleneck(config::FaultDir::tx, bn);
   f.publish();
 }

@@ -275,20 +275,12 @@ void read_bottleneck(Reader& r, fault::Bottleneck& b, bool tx) {
   if (b.pfc()) {
     if (!tx) r.fail_key("pfc_xoff_bytes", "PFC pauses this port's own sender: set it on the tx bottleneck");
     if (!have_xon) b.pfc_xon_bytes = b.pfc_xoff_bytes / 2;
-    if (b.pfc_xon_bytes >= b.pfc_xoff_bytes)
-      r.fail_key("pfc_xon_bytes", std::to_string(b.pfc_xon_bytes) + " is not below pfc_xoff_bytes (" +
-                                      std::to_string(b.pfc_xoff_bytes) + ")");
-    if (b.pfc_xoff_bytes > b.limit_bytes)
-      r.fail_key("pfc_xoff_bytes", std::to_string(b.pfc_xoff_bytes) + " is above limit_bytes (" +
-                                       std::to_string(b.limit_bytes) + ")");
   } else if (have_xon) {
     r.fail_key("pfc_xon_bytes", "is set without pfc_xoff_bytes");
   }
   if (!b.active()) fail(r.src(), r.path(), "a bottleneck needs a drain rate (rate_gbps or rate_pps)");
-  if (b.kmin_bytes >= b.kmax_bytes)
-    r.fail_key("kmin_bytes", std::to_string(b.kmin_bytes) + " is not below kmax_bytes (" + std::to_string(b.kmax_bytes) + ")");
-  if (b.kmax_bytes > b.limit_bytes)
-    r.fail_key("kmax_bytes", std::to_string(b.kmax_bytes) + " is above limit_bytes (" + std::to_string(b.limit_bytes) + ")");
+  if (const auto e = fault::bottleneck_check(b); e.key != nullptr)
+    r.fail_key(e.key, std::to_string(e.value) + " " + e.what + " (" + std::to_string(e.bound) + ")");
   r.finish();
 }
 

@@ -46,6 +46,28 @@ struct Bottleneck {
   bool active() const noexcept { return rate_bps != 0 || rate_pps != 0; }
 };
 
+// The thresholds' order, checked in one place for the config reader and
+// droce-perf's flags: kmin < kmax <= limit, and with PFC xon < xoff <= limit
+// (a lossless class tail-drops nothing). The first rule b breaks, with the
+// config key it is about, its value and the bound it crosses; key is null
+// when b keeps them all.
+struct BnRuleBroken {
+  const char* key = nullptr;
+  const char* what = nullptr;  // "is not below kmax_bytes"
+  uint64_t value = 0;
+  uint64_t bound = 0;
+};
+
+inline BnRuleBroken bottleneck_check(const Bottleneck& b) noexcept {
+  if (b.kmin_bytes >= b.kmax_bytes) return {"kmin_bytes", "is not below kmax_bytes", b.kmin_bytes, b.kmax_bytes};
+  if (b.kmax_bytes > b.limit_bytes) return {"kmax_bytes", "is above limit_bytes", b.kmax_bytes, b.limit_bytes};
+  if (b.pfc() && b.pfc_xon_bytes >= b.pfc_xoff_bytes)
+    return {"pfc_xon_bytes", "is not below pfc_xoff_bytes", b.pfc_xon_bytes, b.pfc_xoff_bytes};
+  if (b.pfc() && b.pfc_xoff_bytes > b.limit_bytes)
+    return {"pfc_xoff_bytes", "is above limit_bytes", b.pfc_xoff_bytes, b.limit_bytes};
+  return {};
+}
+
 enum class BnVerdict : uint8_t { Pass, Mark, Drop };
 
 // Bytes still queued at `now` when the queue drains at drained_ns; frame_bytes

@@ -4,7 +4,13 @@
 
 namespace droce::transport::dcqcn {
 namespace {
-constexpr uint32_t kOne = 1024;  // alpha's unit
+constexpr uint32_t kOne = 1024;  // alpha's unit as reported (alpha()) and configured
+// alpha is kept in 1/2^20: in whole 1/1024 steps the update's rounding down
+// took at least 1/1024 from any alpha of 1-256 (g = 1020) every period while a
+// period with a CNP adds 4, so alpha held only while more than a quarter of
+// the periods carried a CNP, and fell to 0 at a lower CNP rate however
+// congested the queue (seen with 20 QPs through one bottleneck).
+constexpr uint32_t kFine = kOne * kOne;
 // Events one advance() runs at most before it skips ahead (a QP idle for a
 // long time): alpha reaches 0 and the rate line rate well within this.
 constexpr uint32_t kMaxSteps = 1u << 16;
@@ -22,7 +28,7 @@ void ReactionPoint::reset(const Params& p) noexcept {
   if (p_.byte_reset == 0) p_.byte_reset = 1;
   ctr_ = {};
   rc_ = rt_ = p_.line_rate_kbps;
-  alpha_ = p_.initial_alpha;
+  alpha_ = p_.initial_alpha * kOne;
   t_ = bc_ = 0;
   bytes_ = 0;
   next_alpha_ns_ = next_timer_ns_ = last_dec_ns_ = next_send_ns_ = last_ns_ = 0;
@@ -34,7 +40,7 @@ void ReactionPoint::on_cnp(uint64_t now) noexcept {
   ++ctr_.cnps;
   if (!active_) {  // the first CNP (or the first since the rate recovered)
     active_ = true;
-    alpha_ = p_.initial_alpha;
+    alpha_ = p_.initial_alpha * kOne;
     cnp_alpha_ = false;
     if (p_.rate_to_set_on_first_cnp_kbps != 0)
       rc_ = std::clamp(p_.rate_to_set_on_first_cnp_kbps, p_.min_rate_kbps, p_.line_rate_kbps);
@@ -51,7 +57,7 @@ void ReactionPoint::on_cnp(uint64_t now) noexcept {
 
 void ReactionPoint::decrease(uint64_t at) noexcept {
   if (p_.clamp_tgt_rate || (p_.clamp_tgt_rate_after_time_inc && time_inc_)) rt_ = rc_;
-  const uint32_t cut = std::min<uint32_t>(alpha_ / 2, p_.min_dec_fac_pct * kOne / 100);
+  const uint32_t cut = std::min<uint32_t>(alpha_ / kOne / 2, p_.min_dec_fac_pct * kOne / 100);  // of kOne
   const uint64_t dec = static_cast<uint64_t>(rc_) * cut / kOne;
   set_rate(std::max<uint32_t>(p_.min_rate_kbps, static_cast<uint32_t>(rc_ - dec)), at);
   t_ = bc_ = 0;
@@ -107,7 +113,7 @@ void ReactionPoint::timer_event() noexcept {
 }
 
 void ReactionPoint::update_alpha() noexcept {
-  const uint64_t a = static_cast<uint64_t>(p_.alpha_g) * alpha_ + (cnp_alpha_ ? uint64_t{kOne - p_.alpha_g} * kOne : 0);
+  const uint64_t a = static_cast<uint64_t>(p_.alpha_g) * alpha_ + (cnp_alpha_ ? uint64_t{kOne - p_.alpha_g} * kFine : 0);
   alpha_ = static_cast<uint32_t>(a / kOne);
   cnp_alpha_ = false;
 }

@@ -1,14 +1,15 @@
 // DCQCN reaction point: the per-QP rate a sender keeps when the fabric marks
 // ECN (Zhu et al., "Congestion Control for Large-Scale RDMA Deployments",
 // SIGCOMM 2015), with the parameters and fixed-point conventions of NVIDIA's
-// firmware (alpha in 1/1024 units, rates in kb/s). Pure arithmetic on a
+// firmware (alpha configured and reported in 1/1024 units, kept in 1/2^20;
+// rates in kb/s). Pure arithmetic on a
 // caller-supplied clock: no timers of its own, no allocation; the engine
 // calls it from the QP's owning core.
 //
 //   CNP ──► on_cnp(now) ──► (at most once per rate-reduce monitor period)
 //            target = current (when clamped); current *= 1 - alpha/2;
 //            alpha counters and the increase stages restart
-//   every alpha period: alpha = (g * alpha + (1024 - g) * 1024 * cnp) / 1024
+//   every alpha period: alpha = (g * alpha + (1024 - g) * 2^20 * cnp) / 1024 (in 1/2^20)
 //   every time-reset period (T++) and every byte-reset bytes sent (BC++):
 //            an increase event: fast recovery while max(T, BC) < threshold,
 //            hyper increase when min(T, BC) > threshold, else additive;
@@ -107,7 +108,7 @@ class ReactionPoint {
   bool limited() const noexcept { return active_; }  // a CNP has been seen and the rate is not back at line rate
   uint32_t current_kbps() const noexcept { return rc_; }
   uint32_t target_kbps() const noexcept { return rt_; }
-  uint32_t alpha() const noexcept { return alpha_; }  // of 1024
+  uint32_t alpha() const noexcept { return alpha_ / 1024; }  // of 1024 (rounded down)
   uint32_t time_stage() const noexcept { return t_; }
   uint32_t byte_stage() const noexcept { return bc_; }
   const Counters& counters() const noexcept { return ctr_; }
@@ -124,7 +125,7 @@ class ReactionPoint {
   Params p_{};
   Counters ctr_{};
   uint32_t rc_ = 0, rt_ = 0;   // current and target rate, kb/s
-  uint32_t alpha_ = 0;         // of 1024
+  uint32_t alpha_ = 0;         // of 1024 * 1024 (dcqcn.cc: why finer than it is reported)
   uint32_t t_ = 0, bc_ = 0;    // timer and byte stages since the last decrease
   uint64_t bytes_ = 0;         // toward the next byte stage
   uint64_t next_alpha_ns_ = 0, next_timer_ns_ = 0, last_dec_ns_ = 0;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "fault/fault_injector.h"
@@ -451,4 +452,32 @@ TEST_CASE("bottleneck mode: Not-ECT frames are never marked, frames/s rate, swit
   for (uint16_t i = 0; i < k; ++i) CHECK((out[i]->data[15] & 3) == 0);
   io.free_burst(out, k);
   CHECK(io.free_count() == 256);
+}
+
+TEST_CASE("bottleneck thresholds: the first broken order rule, with its key, value and bound", "[fault][bottleneck]") {
+  fault::Bottleneck b;  // defaults: kmin 5000 < kmax 200000 <= limit 1000000, no PFC
+  CHECK(fault::bottleneck_check(b).key == nullptr);
+  b.kmin_bytes = b.kmax_bytes;
+  auto e = fault::bottleneck_check(b);
+  REQUIRE(e.key != nullptr);
+  CHECK(std::string(e.key) == "kmin_bytes");
+  CHECK((e.value == 200'000 && e.bound == 200'000));
+  b.kmin_bytes = 5'000;
+  b.kmax_bytes = 2'000'000;
+  CHECK(std::string(fault::bottleneck_check(b).key) == "kmax_bytes");
+  b.kmax_bytes = 200'000;
+  b.pfc_xoff_bytes = 300'000;
+  b.pfc_xon_bytes = 300'000;  // xon must be below xoff
+  e = fault::bottleneck_check(b);
+  CHECK(std::string(e.key) == "pfc_xon_bytes");
+  CHECK(e.bound == 300'000);
+  b.pfc_xon_bytes = 0;  // resume at an empty queue: allowed
+  CHECK(fault::bottleneck_check(b).key == nullptr);
+  b.pfc_xoff_bytes = 1'000'001;  // past the limit: the lossless class would tail-drop
+  e = fault::bottleneck_check(b);
+  CHECK(std::string(e.key) == "pfc_xoff_bytes");
+  CHECK(e.bound == 1'000'000);
+  b.pfc_xoff_bytes = 0;
+  b.pfc_xon_bytes = 900'000;  // without PFC the xon threshold is not looked at
+  CHECK(fault::bottleneck_check(b).key == nullptr);
 }

@@ -1,6 +1,7 @@
 // DCQCN reaction point arithmetic against sequences computed by hand from the
-// rules in lib/transport/dcqcn.h (alpha in 1/1024, rates in kb/s, integer
-// division rounding down, the halfway step rounding up).
+// rules in lib/transport/dcqcn.h (alpha reported and cut by in 1/1024 and kept
+// in 1/2^20, rates in kb/s, integer division rounding down, the halfway step
+// rounding up).
 #include <catch2/catch.hpp>
 
 #include "harness.h"
@@ -31,15 +32,15 @@ TEST_CASE("dcqcn: first CNP cuts by alpha/2; alpha decays and a pending CNP wait
   CHECK(rp.target_kbps() == 100'000);
   CHECK(rp.alpha() == 1023);
   rp.advance(1'000);
-  CHECK(rp.alpha() == 1018);  // 1019*1023/1024
+  CHECK(rp.alpha() == 1018);  // 1019*1023*1024/1024 = 1018.005 of 1024
   rp.advance(2'000);
-  CHECK(rp.alpha() == 1013);  // 1019*1018/1024
+  CHECK(rp.alpha() == 1013);  // 1019*1018.005/1024 = 1013.034
   rp.on_cnp(2'500);           // inside the 4 us monitor period: no decrease yet
   CHECK(rp.current_kbps() == 50'098);
   CHECK(rp.counters().decreases == 1);
   rp.advance(3'000);
-  CHECK(rp.alpha() == 1013);  // (1019*1013 + 5*1024)/1024: the CNP raised it
-  rp.advance(4'000);          // alpha 1019*1013/1024 = 1008, then the pending decrease
+  CHECK(rp.alpha() == 1013);  // (1019*1013.034 + 5*1024)/1024 = 1013.088: the CNP raised it
+  rp.advance(4'000);          // alpha 1019*1013.088/1024 = 1008.14, then the pending decrease
   CHECK(rp.alpha() == 1008);
   CHECK(rp.counters().decreases == 2);
   CHECK(rp.current_kbps() == 25'441);  // 50098 - 50098*504/1024
@@ -58,11 +59,13 @@ TEST_CASE("dcqcn: the timer recovers fast; then additively; and the QP is unlimi
   rp.advance(304'000);  // T=0: fast recovery, halfway to 100000 rounded up
   CHECK(rp.current_kbps() == 62'721);
   CHECK(rp.time_stage() == 1);
-  CHECK(rp.alpha() == 163);  // 300 decays from 1008
+  // 300 decays from 1008.14: 1008.14 * (1019/1024)^300 = 232.3. Kept in whole
+  // 1/1024 steps (rounding down every period) it was 163, and 0 by 604 us.
+  CHECK(rp.alpha() == 232);
   rp.advance(604'000);  // T=1 >= threshold 1: additive (target already at line rate)
   CHECK(rp.current_kbps() == 81'361);
   CHECK(rp.target_kbps() == 100'000);
-  CHECK(rp.alpha() == 0);
+  CHECK(rp.alpha() == 53);  // 600 decays: 53.4
   // 90681, 95341, 97671, 98836, 99418, 99709, 99855, 99928, 99964, 99982,
   // 99991, 99996, 99998, 99999, 100000: 15 more timer periods.
   rp.advance(604'000 + 14 * 300'000);
@@ -80,23 +83,23 @@ TEST_CASE("dcqcn: byte and timer stages; hyper increase once both pass the thres
   ReactionPoint rp(small(1'000'000));
   rp.on_cnp(0);
   CHECK(rp.current_kbps() == 500'977);
-  rp.on_cnp(10'000);  // alpha 973 after 10 decays; outside the monitor period: cut 486/1024
-  CHECK(rp.alpha() == 973);
-  CHECK(rp.current_kbps() == 263'209);
-  const uint32_t rc[] = {631'605, 815'803, 907'902};  // BC 0 fast recovery, then additive
+  rp.on_cnp(10'000);  // alpha 974.0 after 10 decays; outside the monitor period: cut 487/1024
+  CHECK(rp.alpha() == 974);
+  CHECK(rp.current_kbps() == 262'720);  // 500977 - 500977*487/1024
+  const uint32_t rc[] = {631'360, 815'680, 907'840};  // BC 0 fast recovery, then additive
   for (int i = 0; i < 3; ++i) {
     rp.on_sent(20'000 + i, 10'000);
     CHECK(rp.byte_stage() == uint32_t(i + 1));
     CHECK(rp.current_kbps() == rc[i]);
   }
   rp.advance(310'000);  // (T 0, BC 3): additive
-  CHECK(rp.current_kbps() == 953'951);
+  CHECK(rp.current_kbps() == 953'920);
   rp.advance(610'000);  // (1, 3): additive
-  CHECK(rp.current_kbps() == 976'976);
+  CHECK(rp.current_kbps() == 976'960);
   CHECK(rp.counters().hyper == 0);
   rp.on_sent(610'001, 10'000);  // (2, 3): both past 1: hyper
   CHECK(rp.counters().hyper == 1);
-  CHECK(rp.current_kbps() == 988'488);
+  CHECK(rp.current_kbps() == 988'480);
 }
 
 TEST_CASE("dcqcn: a CNP after a timer increase clamps the target; the pacer spaces packets at the current rate") {
@@ -104,21 +107,21 @@ TEST_CASE("dcqcn: a CNP after a timer increase clamps the target; the pacer spac
   rp.on_cnp(0);
   rp.advance(300'000);  // fast recovery: 50098 -> 75049
   CHECK(rp.current_kbps() == 75'049);
-  CHECK(rp.alpha() == 166);
-  rp.on_cnp(300'500);  // target = 75049, current cut by 83/1024
+  CHECK(rp.alpha() == 235);  // 1023 * (1019/1024)^300 = 235.3
+  rp.on_cnp(300'500);  // target = 75049, current cut by 117/1024
   CHECK(rp.target_kbps() == 75'049);
-  CHECK(rp.current_kbps() == 68'966);
+  CHECK(rp.current_kbps() == 66'475);
   rp.advance(600'500);  // fast recovery toward the clamped target
-  CHECK(rp.current_kbps() == 72'008);
+  CHECK(rp.current_kbps() == 70'762);
   rp.advance(900'500);  // additive: target 80049
   CHECK(rp.target_kbps() == 80'049);
-  CHECK(rp.current_kbps() == 76'029);
-  // 1000 bytes at 76029 kb/s: 105223 ns; a bucket of 4096 bytes: 430993 ns.
+  CHECK(rp.current_kbps() == 75'406);
+  // 1000 bytes at 75406 kb/s: 106092 ns; a bucket of 4096 bytes: 434554 ns.
   const uint64_t now = 2'000'000;
   rp.on_sent(now, 1000);  // a full bucket: the next may leave at once
-  CHECK(rp.next_send_ns() == now - 430'993 + 105'223);
+  CHECK(rp.next_send_ns() == now - 434'554 + 106'092);
   for (int i = 0; i < 4; ++i) rp.on_sent(now, 1000);
-  CHECK(rp.next_send_ns() == now - 430'993 + 5 * 105'223);
+  CHECK(rp.next_send_ns() == now - 434'554 + 5 * 106'092);
   CHECK(rp.next_send_ns() > now);  // the bucket is empty: the sixth waits
 }
 
