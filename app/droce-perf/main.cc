@@ -997,6 +997,25 @@ void print_counters(engine::Embedded& node) {
   std::printf(" transport: retransmits %lu ack timeouts %lu seq NAKs %lu | cross-core forwarded %lu | payload tx zero-copy %lu copied %lu\n",
               retx, to, naks, fwd, zc, copied);
   {
+    // Where the loop's turns went: polls that found work, RX bursts from the
+    // device, frames and ACKs each way (ACKs per message is the responder's
+    // coalescing: one ACK per QP per burst that asked for one).
+    uint64_t acks_tx = 0, acks_rx = 0, rx = 0, tx = 0;
+    for (size_t c = 0; c < node.dataplane().core_count(); ++c) {
+      auto* e = node.dataplane().core(c).engine(0);
+      acks_tx += e->counter(transport::Ctr::AcksSent);
+      acks_rx += e->counter(transport::Ctr::AcksReceived);
+      rx += e->counter(transport::Ctr::RxFrames);
+      tx += e->counter(transport::Ctr::TxFrames);
+    }
+    const auto& cc = node.dataplane().core_counters();
+    std::printf(" loop: polls %lu busy %lu rx bursts %lu | frames rx %lu tx %lu | ACKs sent %lu received %lu\n",
+                static_cast<unsigned long>(cc.sum(stats::CoreCounter::polls)),
+                static_cast<unsigned long>(cc.sum(stats::CoreCounter::busy_polls)),
+                static_cast<unsigned long>(cc.sum(stats::CoreCounter::rx_bursts)), static_cast<unsigned long>(rx),
+                static_cast<unsigned long>(tx), static_cast<unsigned long>(acks_tx), static_cast<unsigned long>(acks_rx));
+  }
+  {
     uint64_t ce = 0, cnp_tx = 0, cnp_rx = 0, dec = 0, paced = 0;
     for (size_t c = 0; c < node.dataplane().core_count(); ++c) {
       auto* e = node.dataplane().core(c).engine(0);

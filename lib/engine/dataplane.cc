@@ -350,7 +350,7 @@ uint16_t DemuxIo::rx_burst(io::PktBuf** bufs, uint16_t n) noexcept {
       pc_->add(PortCounter::rx_bytes, bytes);
       cc_->add(CoreCounter::rx_bursts);
     }
-    if (frx_) k = frx_->apply(q_, tmp, k, kTmp);
+    if (frx_ && !frx_->passthrough()) k = frx_->apply(q_, tmp, k, kTmp);
     for (uint16_t i = 0; i < k; ++i) {
       if (i + 1 < k) __builtin_prefetch(tmp[i + 1]->data);
       classify(tmp[i], bufs, nout, n, Origin::Wire);
