@@ -4,6 +4,8 @@
 #include <cstring>
 #include <new>
 
+#include "wire/icrc.h"
+
 namespace droce::transport {
 
 using verbs::QpState;
@@ -572,6 +574,29 @@ uint8_t* Engine::begin_frame(const wire::TxTemplate& t, const wire::PacketFields
   cur_shape_ = s;
   cur_plen_ = payload_len;
   return b->data + hl;
+}
+
+bool Engine::emit_copy(const wire::TxTemplate& t, const wire::PacketFields& f, const uint8_t* src,
+                       uint32_t len) noexcept {
+  const wire::OpcodeInfo& op = wire::opcode_info(f.opcode);
+  const size_t hdr = t.bth_off() + op.hdr_len;
+  const uint8_t pad = (op.flags & wire::kOpPayload) ? wire::pad_for(len) : 0;
+  const size_t body_end = hdr + len + pad;
+  io::PktBuf* b = take_tx_buf(body_end + wire::kIcrcSize);
+  if (!b) return false;
+  uint8_t* p = b->data;
+  if (wire::build_headers({p, b->cap}, t, f, len) != hdr) {  // an invalid opcode: nothing queued
+    spare_[spare_len_++] = b;
+    return false;
+  }
+  std::memcpy(p + hdr, src, len);
+  std::memset(p + hdr + len, 0, pad);
+  wire::icrc_store(p + body_end, wire::icrc_compute({p + t.l2_len, body_end - t.l2_len}, t.l3_len, t.ipv6));
+  b->len = static_cast<uint32_t>(body_end + wire::kIcrcSize);
+  tx_[tx_len_++] = b;
+  count(Ctr::TxFrames);
+  if (len) count(Ctr::TxCopied);
+  return true;
 }
 
 void Engine::end_frame() noexcept {

@@ -304,6 +304,14 @@ class Engine {
   // the payload_len bytes at src (inside an MR; dma: its zero-copy handle or
   // nullptr): by reference when the backend and the size allow, copied otherwise.
   void end_frame_with(uint8_t* dst, const uint8_t* src, void* dma) noexcept;
+  // A connected QP's packet whose payload (len bytes at src, inside an MR) is
+  // copied, in one call: header from the template, payload, pad and ICRC,
+  // queued for TX (the same bytes as begin_frame + end_frame_with). False:
+  // no TX buffer. by_reference says when end_frame_with would not copy.
+  bool emit_copy(const wire::TxTemplate& t, const wire::PacketFields& f, const uint8_t* src, uint32_t len) noexcept;
+  bool by_reference(const void* dma, uint32_t len) const noexcept {
+    return dma && zero_copy_ && len >= cfg_.zero_copy_min;
+  }
   // Drops the frame begun last (its buffer goes back to the spares).
   void abort_frame() noexcept {
     spare_[spare_len_++] = cur_;

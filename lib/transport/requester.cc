@@ -146,10 +146,20 @@ bool build_packet(Engine& e, Qp& q, SendWqe& w, bool* last_of_wqe) noexcept {
     }
   }
   if (w.sr && q.req.sr_tx) f.resv7 = static_cast<uint8_t>(f.resv7 | kSrMark);  // "answer with SACKs"
+  void* dma = nullptr;
+  const uint8_t* src = gather_ref(e.mrs(), q.pd, w, offset, payload, &dma);
+  if (src && q.type != QpType::UD && !e.by_reference(dma, payload)) {
+    // The fast path: a connected QP's packet whose payload is one SGE, copied.
+    if (!e.emit_copy(q.tx, f, src, payload)) return false;
+    q.req.pkts_since_ackreq = f.ackreq ? 0 : q.req.pkts_since_ackreq + 1;
+    q.count_tx(payload);
+    if (q.rp.limited()) q.rp.on_sent(e.now(), payload + kWireOverhead);
+    *last_of_wqe = last;
+    return true;
+  }
   uint8_t* dst = q.type == QpType::UD ? begin_ud(e, q, w, f, payload) : e.begin_frame(q.tx, f, payload);
   if (!dst) return false;
-  void* dma = nullptr;
-  if (const uint8_t* src = gather_ref(e.mrs(), q.pd, w, offset, payload, &dma)) {
+  if (src) {
     // One SGE holds the whole payload: by reference when it can go so, else one copy.
     e.end_frame_with(dst, src, dma);
   } else {
