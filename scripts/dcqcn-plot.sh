@@ -8,6 +8,7 @@
 #   dcqcn-16flows.png  16 flows joining one every 500 us (the paper's timescales)
 #   dcqcn-late.png     3 flows, a 4th from 10 ms (the paper's timescales)
 #   dcqcn-pfc.png      16 flows starting together with PFC (the paper's timescales; PFC alone below)
+#   dcqcn-16flows-iw.png 16 flows starting together without PFC, a first window of 16 packets
 #   scripts/dcqcn-plot.sh [OUTDIR]     default build/dcqcn (CSVs there too);
 #                                      scripts/dcqcn-results/ holds the committed figures
 set -euo pipefail
@@ -35,3 +36,4 @@ draw dcqcn-4flows.png 4flows 4flows-paper 4flows-off
 draw dcqcn-16flows.png 16flows 16flows-off
 draw dcqcn-late.png late late-off
 draw dcqcn-pfc.png 16flows-pfc 16flows-pfc-off
+draw dcqcn-16flows-iw.png 16flows-iw16 16flows-iw16-off

@@ -67,6 +67,7 @@ struct Opts {
   uint8_t qp_timeout = 14;
   uint32_t max_size = 0;  // sizes up to this with -a
   uint32_t window = 64;
+  uint32_t initial_window = 0;  // 0: start at --window
   uint32_t zero_copy_min = transport::EngineConfig{}.zero_copy_min;
   bool dcqcn = false;
   uint32_t dcqcn_line_rate_mbps = 0;  // 0: the config default
@@ -924,6 +925,7 @@ engine::EmbedOptions embed_options(const Opts& o, const std::vector<std::string>
   e.engine.max_mrs = 256;
   e.engine.timer_scan_ns = 20'000;
   e.engine.max_inflight_pkts = o.window;
+  e.engine.initial_inflight_pkts = o.initial_window;
   e.engine.zero_copy_min = o.zero_copy_min;
   // --dcqcn-param without --dcqcn sets the notification point's keys (the CNP
   // interval, DSCP, priority) of a receiver whose reaction point stays off.
@@ -1222,6 +1224,9 @@ int main(int argc, char** argv) {
   app.add_option("-A,--atomic_type", o.atomic_op, "FETCH_AND_ADD or CMP_AND_SWAP")
       ->check(CLI::IsMember({"FETCH_AND_ADD", "CMP_AND_SWAP"}));
   app.add_option("--window", o.window, "packets in flight per QP (go-back-N window)")->check(CLI::Range(1, 65536));
+  app.add_option("--initial-window", o.initial_window,
+                 "packets a QP may have in flight when it starts (slow start up to --window); 0: --window")
+      ->check(CLI::Range(0, 65536));
   app.add_option("--zero-copy-min", o.zero_copy_min,
                  "payloads of at least this many bytes from hugepage MRs are sent by reference (0: always copy)");
   app.add_flag("--report_gbits", o.gbits, "bandwidth in Gb/s (default MB/s)");

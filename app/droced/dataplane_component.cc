@@ -99,7 +99,8 @@ void DataplaneComponent::start() {
   }
   dc.engine.max_qps = cfg.roce.max_qps;
   dc.engine.max_mrs = cfg.roce.max_mrs;
-  dc.engine.max_inflight_pkts = 64;
+  dc.engine.max_inflight_pkts = cfg.roce.window;
+  dc.engine.initial_inflight_pkts = cfg.roce.initial_window;
   dc.engine.selective_repeat = cfg.roce.selective_repeat;
   for (const auto& g : cfg.roce.selective_repeat_peers) dc.engine.sr_peers.push_back(g);
   dc.registry = &ctx_.registry;

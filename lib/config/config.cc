@@ -413,6 +413,11 @@ void read_roce(Reader& r, RoceConfig& c) {
   r.integer_into("max_qps", c.max_qps, 1, 1 << 20);
   r.integer_into("max_mrs", c.max_mrs, 1, 1 << 20);
   r.integer_into("mr_memory_mb", c.mr_memory_mb, 1, 1 << 20);
+  r.integer_into("window", c.window, 1, 65536);
+  r.integer_into("initial_window", c.initial_window, 0, 65536);
+  if (c.initial_window > c.window)
+    r.fail_key("initial_window", std::to_string(c.initial_window) + " is larger than window (" +
+                                     std::to_string(c.window) + ")");
   r.boolean_into("selective_repeat", c.selective_repeat);
   if (auto v = r.strings("selective_repeat_peers")) {
     for (size_t i = 0; i < v->size(); ++i) {

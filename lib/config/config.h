@@ -145,6 +145,12 @@ struct RoceConfig {
   uint32_t max_qps = 1024;
   uint32_t max_mrs = 1024;
   uint64_t mr_memory_mb = 256;  // hugepage memory for memory regions
+  // RC packets in flight per QP (the go-back-N window, the congestion
+  // window's maximum) and the window a QP starts with (0: the maximum; a
+  // small one grows by slow start, which the first CNP ends:
+  // transport::EngineConfig::initial_inflight_pkts).
+  uint32_t window = 64;
+  uint32_t initial_window = 0;
   // Selective repeat between droce peers (lib/transport/README.md): off by
   // default; the peers known to run it, as 16-byte GIDs (IPv4 ones IPv4-mapped).
   bool selective_repeat = false;

@@ -117,6 +117,9 @@ Engine::Engine(const EngineConfig& cfg, io::PacketIo& io, const io::Clock& clock
   if (cfg_.max_inflight_pkts > (1u << 22)) cfg_.max_inflight_pkts = 1u << 22;
   if (cfg_.min_inflight_pkts == 0) cfg_.min_inflight_pkts = 1;
   if (cfg_.min_inflight_pkts > cfg_.max_inflight_pkts) cfg_.min_inflight_pkts = cfg_.max_inflight_pkts;
+  if (cfg_.initial_inflight_pkts == 0 || cfg_.initial_inflight_pkts > cfg_.max_inflight_pkts ||
+      cfg_.min_inflight_pkts >= cfg_.max_inflight_pkts)
+    cfg_.initial_inflight_pkts = cfg_.max_inflight_pkts;
   if (cfg_.mr_mem == nullptr) {
     const size_t bytes = verbs::MrTable::bytes_for(cfg_.max_mrs) + 64;
     mr_mem_owned_.reset(new uint8_t[bytes]);
@@ -400,7 +403,8 @@ int Engine::modify_qp(uint32_t qpn, const verbs::QpAttr& attr, uint32_t mask) no
     q->comp.psn = q->attr.sq_psn;
     q->comp.retry_left = q->attr.retry_cnt;
     q->comp.rnr_left = q->attr.rnr_retry;
-    q->req.cwnd = q->comp.ssthresh = cfg_.max_inflight_pkts;
+    q->req.cwnd = cfg_.initial_inflight_pkts;
+    q->comp.ssthresh = cfg_.max_inflight_pkts;
     q->rp.reset(cfg_.dcqcn_params);
   }
   if (next == QpState::Rts && old == QpState::Sqe) q->req.idx = q->sq.tail;
@@ -773,6 +777,9 @@ void Engine::rx(io::PktBuf* b) noexcept {
     ++q->ctr.cnp_received;
     if (cfg_.dcqcn && q->type != verbs::QpType::UD) {
       q->rp.on_cnp(now_);
+      // Congestion ends slow start (RFC 3168's ECE response without the cut:
+      // the rate limiter cuts): the window grows one PSN per window from here.
+      if (q->req.cwnd < q->comp.ssthresh) q->comp.ssthresh = q->req.cwnd;
       if (!q->sq.empty()) req_ready(*q);  // paced from now on
     }
     return;

@@ -126,11 +126,19 @@ struct EngineConfig {
   verbs::Mtu max_mtu = verbs::Mtu::M4096;
   uint32_t max_inflight_pkts = 1024;  // go-back-N window (PSNs) per QP
   // RC congestion window (packets) per QP, between min_inflight_pkts and
-  // max_inflight_pkts: starts at the maximum, is halved on a NAK sequence error
+  // max_inflight_pkts: starts at initial_inflight_pkts, is halved on a NAK sequence error
   // or a lost READ response and drops to the minimum on a local ACK timeout,
   // grows back on ACK progress (slow start to half the window before the last
   // timeout, then one packet per window). min >= max: a fixed window.
   uint32_t min_inflight_pkts = 8;
+  // The window a QP starts with when it enters RTS; it grows by slow start
+  // (one PSN per PSN acknowledged) up to max_inflight_pkts. 0: start at the
+  // maximum (nothing lost on a clean network). A small first window keeps
+  // many QPs that start at once from overflowing a shallow switch queue
+  // before any congestion signal (ECN/CNP) can reach them, as TCP's initial
+  // window does; a CNP (DCQCN on) ends slow start. Ignored with a fixed
+  // window (min >= max).
+  uint32_t initial_inflight_pkts = 0;
   uint32_t ack_req_every = 32;        // AckReq at least every N packets of a long message
   uint32_t pkts_per_turn = 32;        // requester packets per QP before moving on (fairness)
   // ECN. Reaction side: data packets (requests and responses) leave ECT(0)

@@ -57,6 +57,8 @@ TEST_CASE("minimal config gets the documented defaults", "[config]") {
   CHECK(c.roce.path_mtu == 1024);
   CHECK(c.roce.max_qps == 1024);
   CHECK_FALSE(c.roce.selective_repeat);  // off unless asked for
+  CHECK(c.roce.window == 64);
+  CHECK(c.roce.initial_window == 0);
   CHECK(c.roce.selective_repeat_peers.empty());
   CHECK(c.control.socket == "/run/droce/droced.sock");
   CHECK(c.control.mode == 0660);
@@ -121,6 +123,8 @@ path_mtu = 4096
 max_qps = 4096
 max_mrs = 512
 mr_memory_mb = 1024
+window = 128
+initial_window = 8
 selective_repeat = true
 selective_repeat_peers = ["10.0.0.2", "fd00::2"]
 
@@ -171,6 +175,8 @@ file = "/tmp/droced.log"
   CHECK(c.cores[1].idle_yield_polls == 0);
   CHECK(c.roce.path_mtu == 4096);
   CHECK(c.roce.mr_memory_mb == 1024);
+  CHECK(c.roce.window == 128);
+  CHECK(c.roce.initial_window == 8);
   CHECK(c.roce.selective_repeat);
   REQUIRE(c.roce.selective_repeat_peers.size() == 2);
   CHECK(c.roce.selective_repeat_peers[0] ==
@@ -297,6 +303,9 @@ TEST_CASE("out-of-range values name key, value and range", "[config][bad]") {
   CHECK_THAT(error_of(kPort + "[roce]\nmax_qps = 0\n"), Catch::Contains("roce.max_qps: 0 is out of range"));
   CHECK_THAT(error_of(kPort + "[roce]\npath_mtu = 1500\n"),
              Catch::Contains("roce.path_mtu: 1500 is not an IB MTU"));
+  CHECK_THAT(error_of(kPort + "[roce]\nwindow = 0\n"), Catch::Contains("roce.window: 0 is out of range 1..65536"));
+  CHECK_THAT(error_of(kPort + "[roce]\nwindow = 16\ninitial_window = 32\n"),
+             Catch::Contains("roce.initial_window: 32 is larger than window (16)"));
   CHECK_THAT(error_of(kPort + "[control]\nmax_clients = 0\n"), Catch::Contains("control.max_clients: 0 is out of range"));
   CHECK_THAT(error_of(kPort + "[control]\nmode = \"1777\"\n"), Catch::Contains("control.mode: 01777 is out of range"));
   CHECK_THAT(error_of(kPort + "[eal]\nmain_lcore = 128\n"), Catch::Contains("eal.main_lcore: 128 is out of range 0..127"));

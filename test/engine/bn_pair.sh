@@ -14,8 +14,9 @@
 # its qp_rates.py samples droce-ctl qps' tx_bytes), which measured at 1 Gb/s
 # with PFC: 0 drops either way, Jain 1.0000 with DCQCN and 0.998 without, and
 # 15-98 pauses/s with DCQCN against 1061-1193/s without for 16 QPs (11-78x).
-#   [QPS=16] [SECS=3] [ROUNDS=2] [BN_GBPS=0.5] [LINE_MBPS=1000] [EXTRA='validate_rate = 1']
+#   [QPS=16] [SECS=3] [ROUNDS=2] [BN_GBPS=0.5] [PMAX=0.2] [LINE_MBPS=1000] [EXTRA='validate_rate = 1']
 #   [PFC_XOFF=BYTES [PFC_XON=BYTES]]  (PFC on the bottleneck; the table then counts pauses too)
+#   [ROCE='initial_window = 8']  ([roce] lines of node B, the sender)
 #   bn_pair.sh DROCED DROCE_CTL FRONT_LIBDIR
 # EXTRA: more [port.dcqcn_params] lines. Runs as root (network namespace).
 set -uo pipefail
@@ -48,12 +49,12 @@ node() {
   pids+=("$DN_PID")
   return $rc
 }
-BN=$'[port.fault.tx.bottleneck]\n'"rate_gbps = $BN_GBPS"$'\nkmin_bytes = 5000\nkmax_bytes = 100000\npmax = 0.2\nlimit_bytes = 400000\nmark_dequeue = true'
+BN=$'[port.fault.tx.bottleneck]\n'"rate_gbps = $BN_GBPS"$'\nkmin_bytes = 5000\nkmax_bytes = 100000\npmax = '"${PMAX:-0.2}"$'\nlimit_bytes = 400000\nmark_dequeue = true'
 [ -n "${PFC_XOFF:-}" ] && BN+=$'\n'"pfc_xoff_bytes = $PFC_XOFF"$'\n'"pfc_xon_bytes = ${PFC_XON:-$((PFC_XOFF / 2))}"
 # DCQCN off at start; the parameters of test/engine/perf_bottleneck.sh.
 DQ="dcqcn = false"$'\n[port.dcqcn_params]\n'"line_rate_mbps = ${LINE_MBPS:-1000}"$'\nalpha_g = 1020\nalpha_update_period_us = 55\ntime_reset_us = 55\nbyte_reset = 156250\nthreshold = 5\nai_rate_mbps = 5\nhai_rate_mbps = 50\nclamp_tgt_rate = 1\n'"${EXTRA:-}"
 node a va 10.42.0.1 02:00:0a:2a:00:01 "0@0,1@1" "" || exit 1
-node b vb 10.42.0.2 02:00:0a:2a:00:02 "0@1,1@0" "$DQ"$'\n'"$BN" || exit 1
+DN_ROCE_TOML=${ROCE:-} node b vb 10.42.0.2 02:00:0a:2a:00:02 "0@1,1@0" "$DQ"$'\n'"$BN" || exit 1
 export LD_LIBRARY_PATH=$LIBDIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 out=$(DROCE_SOCKET=$T/a-verbs.sock timeout 10 ibv_devinfo -v 2>&1)
 gidx=$(echo "$out" | sed -n 's/.*GID\[ *\([0-9]*\)\]:.*::ffff:10.42.0.1.*/\1/p' | head -n 1)

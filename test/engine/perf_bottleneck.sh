@@ -31,6 +31,9 @@
 # passed Kmax); checked when the run carried at least 0.8 of the drain rate
 # (otherwise the sender's CPU was the bottleneck: printed, not checked).
 # PMAX: RED's marking probability at Kmax (default 0.2).
+# INITIAL_WINDOW=N: each QP starts with N packets in flight (default 8) and
+# grows by slow start (ended by the first CNP) to WINDOW
+# (EngineConfig::initial_inflight_pkts); 0: the whole window at once.
 set -uo pipefail
 perf=$1
 # shellcheck source=../lib/netns.sh
@@ -49,6 +52,11 @@ DROP_RATIO=${DROP_RATIO:-4}
 # Windows of 256 packets per QP: far more in flight than the queue's limit, so
 # only a sender that slows down keeps the queue short.
 RUN=(write_bw -s 65536 -q "$QPS" -D "$SECS" --window "$WINDOW")
+# Each QP starts with 8 packets in flight (slow start, ended by the first CNP,
+# up to WINDOW): with the whole window at once the start overflowed the queue
+# (4 QPs: 0-154 drops with DCQCN; 16 QPs: ~2000). INITIAL_WINDOW=0: the whole window.
+INITIAL_WINDOW=${INITIAL_WINDOW:-8}
+[ "$INITIAL_WINDOW" -gt 0 ] && RUN+=(--initial-window "$INITIAL_WINDOW")
 BN=(--bn-gbps "$BN_GBPS" --bn-kmin "$KMIN" --bn-kmax "$KMAX" --bn-pmax "${PMAX:-0.2}" --bn-limit "$LIMIT" --bn-mark-dequeue)
 PFC_XOFF=${PFC_XOFF:-0}
 PAUSE_RATIO=${PAUSE_RATIO:-4}

@@ -2,6 +2,7 @@
 // bounded run loop on the virtual clock.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -251,6 +252,23 @@ inline SendWr make_wr(uint64_t id, WrOpcode op, const Node::Buf& local, uint64_t
   wr.num_sge = 1;
   wr.sg_list[0] = {local.addr() + off, len, local.key};
   return wr;
+}
+
+// One signaled RC WRITE of len bytes from a fresh buffer of node a (random
+// bytes of seed) into a fresh buffer of node b, posted on a's QP qpn (wr_id 1).
+struct PostedWrite {
+  Node::Buf& src;
+  Node::Buf& dst;
+  bool data_ok() const { return std::equal(src.mem.begin(), src.mem.end(), dst.mem.begin()); }
+};
+inline PostedWrite post_write(Node& a, Node& b, uint32_t qpn, uint32_t len, uint64_t seed) {
+  auto& src = a.buffer(len);
+  auto& dst = b.buffer(len);
+  fill_random(src.mem, seed);
+  SendWr wr = make_wr(1, WrOpcode::RdmaWrite, src, 0, len);
+  wr.rdma = {dst.addr(), dst.key};
+  if (a.eng->post_send(qpn, wr) != 0) throw std::runtime_error("post_write: post_send");
+  return {src, dst};
 }
 
 inline RecvWr make_recv(uint64_t id, const Node::Buf& b, uint64_t off, uint32_t len) {

@@ -311,3 +311,101 @@ TEST_CASE("read retry: a silent responder still ends in RETRY_EXC_ERR") {
   CHECK(wcs[0].status == WcStatus::RetryExcErr);
   CHECK(p.dut.eng->counter(Ctr::AckTimeouts) == 3);
 }
+
+// ---- The first window (EngineConfig::initial_inflight_pkts) and slow start ----
+namespace {
+
+struct FirstWindow {
+  uint64_t first_rtt_pkts = 0;   // request packets sent before the first ACK could return
+  uint32_t ssthresh_after = 0;   // the QP's ssthresh when the WRITE completed
+  uint32_t cwnd_after = 0;
+  uint64_t retransmits = 0, cnps = 0;
+  bool data_ok = false;
+};
+
+// One 1 MiB RC WRITE (1024 packets of 1 KiB) over a link 100 us each way; the
+// QP starts with a window of 4 (of at most 64). ce: every frame A sends is
+// CE-marked and B answers with CNPs (DCQCN on at A).
+FirstWindow first_window(bool ce) {
+  EngineConfig cfg;
+  cfg.max_inflight_pkts = 64;
+  cfg.min_inflight_pkts = 2;
+  cfg.initial_inflight_pkts = 4;
+  cfg.dcqcn = ce;
+  cfg.dcqcn_params.line_rate_kbps = 10'000'000;
+  // Every frame marked would take the rate to the 1 Mb/s floor, 8 ms per
+  // packet (past the 4.2 ms ACK timeout): keep the floor at 1 Gb/s.
+  cfg.dcqcn_params.min_rate_kbps = 1'000'000;
+  World w(21, 2, cfg);
+  memlink::Faults f;
+  f.delay_ns = 100'000;
+  w.link.set_faults(f);
+  if (ce) {
+    f.ce_mark = 1.0;
+    w.node[0]->port.set_faults(f);
+  }
+  auto [qa, qb] = w.connect(0, 1, QpType::RC);
+  Node& A = *w.node[0];
+  const uint64_t t0 = w.clock.now_ns();
+  const PostedWrite pw = post_write(A, *w.node[1], qa, 1 << 20, 21);
+  FirstWindow r;
+  w.run([&] { return w.clock.now_ns() - t0 >= 150'000; });  // the first ACK is due at ~200 us
+  r.first_rtt_pkts = A.eng->counter(Ctr::ReqPackets);
+  std::vector<Wc> wcs;
+  REQUIRE(w.run([&] {
+    for (const Wc& c : A.drain(A.scq)) wcs.push_back(c);
+    return !wcs.empty();
+  }));
+  CHECK(wcs[0].status == WcStatus::Success);
+  r.data_ok = pw.data_ok();
+  const transport::Qp* q = A.eng->qp(qa);
+  r.ssthresh_after = q->comp.ssthresh;
+  r.cwnd_after = q->req.cwnd;
+  r.retransmits = A.eng->counter(Ctr::ReqRetransmits);
+  r.cnps = q->ctr.cnp_received;
+  (void)qb;
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("window: a QP starts with initial_inflight_pkts and slow start takes it to the maximum") {
+  const FirstWindow r = first_window(false);
+  CHECK(r.first_rtt_pkts == 4);  // the first flight: the first window, nothing more
+  CHECK(r.data_ok);
+  CHECK(r.retransmits == 0);
+  CHECK(r.cwnd_after == 64);     // grown by slow start (ssthresh stays at the maximum)
+  CHECK(r.ssthresh_after == 64);
+}
+
+TEST_CASE("window: a CNP ends slow start (the window grows one PSN per window after it)") {
+  const FirstWindow r = first_window(true);
+  CHECK(r.first_rtt_pkts == 4);
+  CHECK(r.data_ok);
+  CHECK(r.cnps > 0);
+  // The first CNPs come back with the first ACKs (~200 us), when the window is
+  // 4 to 8: ssthresh is set there and does not move (no loss).
+  CHECK(r.ssthresh_after >= 4);
+  CHECK(r.ssthresh_after <= 8);
+  CHECK(r.cwnd_after < 64);  // additive from there: far below the maximum after 1024 packets
+  CHECK(r.retransmits == 0);
+}
+
+TEST_CASE("window: initial_inflight_pkts is ignored with a fixed window and capped at the maximum") {
+  EngineConfig cfg;
+  cfg.max_inflight_pkts = 32;
+  cfg.min_inflight_pkts = 32;
+  cfg.initial_inflight_pkts = 4;
+  {
+    World w(3, 2, cfg);
+    auto [qa, qb] = w.connect(0, 1, QpType::RC);
+    CHECK(w.node[0]->eng->qp(qa)->req.cwnd == 32);
+    (void)qb;
+  }
+  cfg.min_inflight_pkts = 8;
+  cfg.initial_inflight_pkts = 1000;
+  World w(3, 2, cfg);
+  auto [qa, qb] = w.connect(0, 1, QpType::RC);
+  CHECK(w.node[0]->eng->qp(qa)->req.cwnd == 32);
+  (void)qb;
+}
