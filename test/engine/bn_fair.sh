@@ -26,8 +26,8 @@
 # on2's) the mean queue the frames found is under Kmax, and at most KMAX_SHARE
 # of them found it at Kmax or more with 2 and 4 QPs, KMAX_SHARE16 with 16,
 # KMAX_SHARE20 with the 20 after the join (the queue rises with the number of
-# QPs: measured 2026-12-06, 3 runs, 0% / 1.7-7.7% / 16.5-23.9%, means 6-12 KB /
-# 52-59 KB / 69-78 KB; without DCQCN 98-99%, ~243 KB, checked >= 0.5 when the
+# QPs: measured 2026-12-06, 13 runs, 0% / 0.9-7.7% / 13.5-26.3%, means 6-12 KB /
+# 51-59 KB / 69-78 KB; without DCQCN 97-99.8%, 240-247 KB, checked >= 0.5 when the
 # bottleneck binds; the 16 and 20 QPs' checked when their window carried >= 85%
 # of it). DCQCN's AI/HAI are the paper's 40/200 Mb/s at 40 Gb/s
 # scaled to 1 Gb/s (1 and 5 Mb/s): with 5 and 50 the 16 QPs' queue rode at
