@@ -98,11 +98,13 @@ inline uint64_t bottleneck_service_ns(const Bottleneck& b, uint32_t len) noexcep
 // move, *depart is when it has left; Mark when RED picked it (the caller
 // marks it CE if it is ECN-capable). uniform() returns a draw in [0, 1) and
 // is called only when the queue is past kmin with ECN on (so a seeded caller's
-// sequence of draws does not depend on idle queues).
+// sequence of draws does not depend on idle queues). *found (when not null)
+// is the queue the frame found, bytes, whatever the verdict.
 template <class Uniform>
 BnVerdict bottleneck_offer(const Bottleneck& b, uint64_t& drained_ns, uint64_t& max_queue, uint64_t at, uint32_t len,
-                           Uniform&& uniform, uint64_t* depart) noexcept {
+                           Uniform&& uniform, uint64_t* depart, uint64_t* found = nullptr) noexcept {
   const uint64_t q = bottleneck_queue_bytes(b, drained_ns, at, len);
+  if (found != nullptr) *found = q;
   if (q + len > b.limit_bytes) return BnVerdict::Drop;
   BnVerdict v = BnVerdict::Pass;
   if (b.ecn && !b.mark_dequeue && q > b.kmin_bytes) {

@@ -59,13 +59,14 @@ uint16_t FaultInjector::bn_pass(io::PacketIo* io, io::PktBuf** out, uint16_t nou
     io::PktBuf* dropped[kMaxBurst];
     uint16_t ndrop = 0;
     const uint64_t max_before = bn_max_q_;
+    uint64_t queued = 0, over_kmax = 0, found_sum = 0;  // counted once per burst
     for (uint16_t i = 0; i < nout; ++i) {
       io::PktBuf* b = out[i];
-      uint64_t depart = 0;
+      uint64_t depart = 0, found = 0;
       const BnVerdict v = bn_head_ - bn_tail_ >= kBnFrames
                               ? BnVerdict::Drop
                               : bottleneck_offer(bn_, bn_drained_, bn_max_q_, now, b->len,
-                                                 [this] { return next() * (1.0 / 4294967296.0); }, &depart);
+                                                 [this] { return next() * (1.0 / 4294967296.0); }, &depart, &found);
       if (v == BnVerdict::Drop) {
         dropped[ndrop++] = b;
         count_bn(0);
@@ -73,9 +74,17 @@ uint16_t FaultInjector::bn_pass(io::PacketIo* io, io::PktBuf** out, uint16_t nou
       }
       if (v == BnVerdict::Mark && mark_ce(b->data, b->len)) count_bn(1);
       bn_q_[bn_head_++ & (kBnFrames - 1)] = BnFrame{b, depart};
+      ++queued;
+      over_kmax += found >= bn_.kmax_bytes;
+      found_sum += found;
     }
     if (ndrop) io->free_burst(dropped, ndrop);
     if (bn_max_q_ != max_before) count_bn(2, bn_max_q_, true);
+    if (queued != 0) {
+      count_bn(4, queued);
+      if (over_kmax != 0) count_bn(5, over_kmax);
+      count_bn(6, found_sum);
+    }
     nout = 0;
   }
   // Departures (all at once when the mode was switched off meanwhile). Marking

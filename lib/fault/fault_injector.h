@@ -23,7 +23,12 @@
 // leaves the injector when its departure time has come: from a later apply()
 // or from release(), which the owner calls on polls without traffic (the
 // dataplane's DemuxIo does, every rx_burst). Counted in fault_{rx,tx}_bn_drop,
-// _bn_mark and _bn_max_queue (the largest queue seen, bytes).
+// _bn_mark and _bn_max_queue (the largest queue seen, bytes); of the frames
+// that joined the queue, _bn_frames, _bn_over_kmax (those that found kmax_bytes
+// queued or more, where RED marks every frame) and _bn_queue_sum (the bytes each found queued,
+// summed: the differences of two reads give the mean queue the frames found
+// between them). Summed per burst, one add each: the queue is watched from
+// outside (droce-ctl counters) at no cost per frame beyond an add and a compare.
 #pragma once
 
 #include <cstdint>
@@ -88,7 +93,8 @@ class FaultInjector {
     return static_cast<uint32_t>((state_ * 0x2545F4914F6CDD1DULL) >> 32);
   }
   void count(size_t kind) noexcept;
-  void count_bn(size_t which, uint64_t v = 1, bool set = false) noexcept;  // 0 drop, 1 mark, 2 max queue, 3 pause
+  // 0 drop, 1 mark, 2 max queue, 3 pause, 4 frames, 5 over kmax, 6 queue sum
+  void count_bn(size_t which, uint64_t v = 1, bool set = false) noexcept;
   uint16_t bn_pass(io::PacketIo* io, io::PktBuf** out, uint16_t nout, uint16_t cap) noexcept;
 
   const config::PortFaults& faults_;

@@ -18,8 +18,10 @@ namespace droce::stats {
   X(fault_tx_drop) X(fault_tx_duplicate) X(fault_tx_reorder) X(fault_tx_corrupt) \
   X(tx_loopback) X(loopback_full) X(loopback_drops)                            \
   X(fault_rx_bn_drop) X(fault_rx_bn_mark) X(fault_rx_bn_max_queue)            \
-  X(fault_rx_bn_pause)                                                          \
-  X(fault_tx_bn_drop) X(fault_tx_bn_mark) X(fault_tx_bn_max_queue) X(fault_tx_bn_pause)
+  X(fault_rx_bn_pause) X(fault_rx_bn_frames) X(fault_rx_bn_over_kmax)          \
+  X(fault_rx_bn_queue_sum)                                                      \
+  X(fault_tx_bn_drop) X(fault_tx_bn_mark) X(fault_tx_bn_max_queue) X(fault_tx_bn_pause) \
+  X(fault_tx_bn_frames) X(fault_tx_bn_over_kmax) X(fault_tx_bn_queue_sum)
 DROCE_COUNTERS(PortCounter, "port", DROCE_PORT_COUNTERS);
 
 #define DROCE_CORE_COUNTERS(X)                                                  \

@@ -4,8 +4,8 @@
 # through the drop-in libibverbs, client on node B writing to the server on
 # node A (af_packet on a veth pair in a namespace of its own); B's TX goes
 # through the fault injector's bottleneck ([port.fault.tx.bottleneck]: BN_GBPS,
-# RED/ECN between Kmin 5 KB and Kmax 100 KB marking on departure, PFC Xoff
-# 300 KB / Xon 200 KB, tail drop at 400 KB). test/engine/qp_rates.py samples
+# RED/ECN between Kmin 5 KB and Kmax 100 KB (Pmax 1 at Kmax) marking on
+# departure, PFC Xoff 300 KB / Xon 200 KB, tail drop at 400 KB). test/engine/qp_rates.py samples
 # B's RC QPs (droce-ctl qps: tx_bytes, the payload each QP sent) every
 # SAMPLE_MS and computes each QP's rate and Jain's index over a window after
 # convergence. Runs, DCQCN switched on B with droce-ctl dcqcn set:
@@ -20,12 +20,26 @@
 #        >= 85% of the bottleneck in those windows:
 #        a sender short of CPU pauses after its stalls, DCQCN or not).
 #   on4: SMALL_QPS QPs for SMALL_SECS with DCQCN: Jain >= JAIN_MIN, no drop.
+#   on2: TWO_QPS QPs for SMALL_SECS with DCQCN: the same checks.
+# The queue (qp_rates.py, from B's port counters fault_tx_bn_frames,
+# _bn_over_kmax, _bn_queue_sum): in each DCQCN window above (on's two, on4's,
+# on2's) the mean queue the frames found is under Kmax, and at most KMAX_SHARE
+# of them found it at Kmax or more with 2 and 4 QPs, KMAX_SHARE16 with 16,
+# KMAX_SHARE20 with the 20 after the join (the queue rises with the number of
+# QPs: measured 2026-12-06, 13 runs, 0% / 0.9-7.7% / 13.5-26.3%, means 6-12 KB /
+# 51-59 KB / 69-78 KB; without DCQCN 97-99.8%, 240-247 KB, checked >= 0.5 when the
+# bottleneck binds; the 16 and 20 QPs' checked when their window carried >= 85%
+# of it). DCQCN's AI/HAI are the paper's 40/200 Mb/s at 40 Gb/s
+# scaled to 1 Gb/s (1 and 5 Mb/s): with 5 and 50 the 16 QPs' queue rode at
+# Kmax (30% of frames >= Kmax, 53% with 20; with RED's Pmax 0.2, 69% and 85%).
 # Prints each run's counters (differences of droce-ctl counters on B) and the
 # windows; exit 1 if a check fails.
 #   bn_fair.sh DROCED DROCE_CTL FRONT_LIBDIR
 # Environment (defaults are the meson test's): BN_GBPS=1 QPS=16 LATE_QPS=4
 #   LATE_AT=7 ON_SECS=14 OFF_SECS=5 SMALL_QPS=4 SMALL_SECS=6 SKIP=3 WIN=3
-#   SAMPLE_MS=250 JAIN_MIN=0.95 LATE_MIN=0.5 PAUSE_X=4 LINE_MBPS=1000
+#   SAMPLE_MS=250 JAIN_MIN=0.95 LATE_MIN=0.5 PAUSE_X=4 LINE_MBPS=1000 TWO_QPS=2
+#   KMAX_SHARE=0.05 KMAX_SHARE16=0.2 KMAX_SHARE20=0.4 PMAX=1.0 STALL_HOLD_US=500
+#   AI_MBPS=1 HAI_MBPS=5
 #   KEEP=DIR (keep the samples, DIR/RUN.jsonl)
 set -uo pipefail
 DROCED=$1
@@ -39,6 +53,14 @@ ON_SECS=${ON_SECS:-14}
 OFF_SECS=${OFF_SECS:-5}
 SMALL_QPS=${SMALL_QPS:-4}
 SMALL_SECS=${SMALL_SECS:-6}
+TWO_QPS=${TWO_QPS:-2}
+KMAX_SHARE=${KMAX_SHARE:-0.05}
+KMAX_SHARE16=${KMAX_SHARE16:-0.2}
+KMAX_SHARE20=${KMAX_SHARE20:-0.4}
+PMAX=${PMAX:-1.0}
+STALL_HOLD_US=${STALL_HOLD_US:-500}
+AI_MBPS=${AI_MBPS:-1}
+HAI_MBPS=${HAI_MBPS:-5}
 SKIP=${SKIP:-3}
 WIN=${WIN:-3}
 SAMPLE_MS=${SAMPLE_MS:-250}
@@ -77,9 +99,10 @@ node() {
   pids+=("$DN_PID")
   return $rc
 }
-BN=$'[port.fault.tx.bottleneck]\n'"rate_gbps = $BN_GBPS"$'\nkmin_bytes = 5000\nkmax_bytes = 100000\npmax = 0.2\nlimit_bytes = 400000\nmark_dequeue = true\npfc_xoff_bytes = 300000\npfc_xon_bytes = 200000'
-# DCQCN off at start; bn_pair.sh's parameters with validate_rate.
-DQ="dcqcn = false"$'\n[port.dcqcn_params]\n'"line_rate_mbps = ${LINE_MBPS:-1000}"$'\nalpha_g = 1020\nalpha_update_period_us = 55\ntime_reset_us = 55\nbyte_reset = 156250\nthreshold = 5\nai_rate_mbps = 5\nhai_rate_mbps = 50\nclamp_tgt_rate = 1\nvalidate_rate = 1'
+BN=$'[port.fault.tx.bottleneck]\n'"rate_gbps = $BN_GBPS"$'\nkmin_bytes = 5000\nkmax_bytes = 100000\npmax = '"$PMAX"$'\nlimit_bytes = 400000\nmark_dequeue = true\npfc_xoff_bytes = 300000\npfc_xon_bytes = 200000'
+# DCQCN off at start; bn_pair.sh's parameters with validate_rate, stall_hold_us
+# (as engine_perf_bottleneck_pfc16) and the paper's AI/HAI scaled to 1 Gb/s.
+DQ="dcqcn = false"$'\n[port.dcqcn_params]\n'"line_rate_mbps = ${LINE_MBPS:-1000}"$'\nalpha_g = 1020\nalpha_update_period_us = 55\ntime_reset_us = 55\nbyte_reset = 156250\nthreshold = 5\nai_rate_mbps = '"$AI_MBPS"$'\nhai_rate_mbps = '"$HAI_MBPS"$'\nclamp_tgt_rate = 1\nvalidate_rate = 1\nstall_hold_us = '"$STALL_HOLD_US"
 # Two loops on a 2-CPU machine: A's core on CPU 1, B's on CPU 0.
 if node a va 10.43.0.1 02:00:0a:2b:00:01 "0@0,1@1" "" && node b vb 10.43.0.2 02:00:0a:2b:00:02 "0@1,1@0" "$DQ"$'\n'"$BN"; then
   ok "two droced nodes, B's TX through a ${BN_GBPS} Gb/s bottleneck with PFC"
@@ -183,10 +206,12 @@ echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
 run on on "$QPS" "$ON_SECS" "$LATE_QPS" "$LATE_AT" $((ON_SECS - LATE_AT - 1))
 run off off "$QPS" "$OFF_SECS"
 run on4 on "$SMALL_QPS" "$SMALL_SECS"
+run on2 on "$TWO_QPS" "$SMALL_SECS"
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
 check "ib_write_bw ran (exit 0) with DCQCN, both of them" "r['rc'] == '0/0'" on
 check "ib_write_bw ran (exit 0) without DCQCN" "r['rc'] == '0/0'" off
 check "ib_write_bw ran (exit 0) with $SMALL_QPS QPs" "r['rc'] == '0/0'" on4
+check "ib_write_bw ran (exit 0) with $TWO_QPS QPs" "r['rc'] == '0/0'" on2
 check "DCQCN, $QPS + $LATE_QPS QPs: no drop (PFC)" "r['drops'] == 0" on
 check "DCQCN, $QPS QPs: Jain >= $JAIN_MIN from ${SKIP} s" "r['rates']['early_n'] == $QPS and r['rates']['early']['jain'] >= $JAIN_MIN" on
 check "DCQCN, late $LATE_QPS QPs: Jain of all >= $JAIN_MIN, late QPs' rate >= $LATE_MIN of the others'" \
@@ -214,5 +239,30 @@ else
 fi
 check "DCQCN, $SMALL_QPS QPs: no drop, Jain >= $JAIN_MIN from ${SKIP} s" \
   "r['drops'] == 0 and r['rates']['early_n'] == $SMALL_QPS and r['rates']['early']['jain'] >= $JAIN_MIN" on4
+check "DCQCN, $TWO_QPS QPs: no drop, Jain >= $JAIN_MIN from ${SKIP} s" \
+  "r['drops'] == 0 and r['rates']['early_n'] == $TWO_QPS and r['rates']['early']['jain'] >= $JAIN_MIN" on2
+# The queue under Kmax once converged, in each window with DCQCN: the mean
+# queue the frames found, and the share of them that found Kmax (100 KB) or more.
+# The 16 and 20 QPs' only when their window carried >= 85% of the bottleneck:
+# a sender short of CPU sends bursts after its stalls, which pass Kmax whatever
+# DCQCN does (the highest share measured, 26% with 20 QPs, was in the run that
+# carried 0.82 Gb/s; engine_perf_bottleneck_pfc16 skips such runs too).
+for w in on:early:$KMAX_SHARE16 on:late:$KMAX_SHARE20 on4:early:$KMAX_SHARE on2:early:$KMAX_SHARE; do
+  IFS=: read -r n win lim <<<"$w"
+  if [ "$n" = on ] && [ "$(get on "r['rates']['$win']['total_mbps'] >= 850 * $BN_GBPS")" != True ]; then
+    echo "skip the queue's check in on's $win window: the sender carried $(get on "'%.0f' % r['rates']['$win']['total_mbps']") Mb/s," \
+      "$(get on "'%.1f KB mean, %.2f%% of the frames >= Kmax' % (r['rates']['$win']['queue']['mean_bytes'] / 1000, 100 * r['rates']['$win']['queue']['over_kmax'])")"
+    continue
+  fi
+  check "DCQCN, $n $win window: mean queue < Kmax, <= $lim of the frames found it >= Kmax ($(get "$n" \
+    "'%.1f KB, %.2f%%' % (r['rates']['$win']['queue']['mean_bytes'] / 1000, 100 * r['rates']['$win']['queue']['over_kmax'])"))" \
+    "r['rates']['$win']['queue']['mean_bytes'] < 100000 and r['rates']['$win']['queue']['over_kmax'] <= $lim" "$n"
+done
+off_q=$(get off "'%.1f KB, %.1f%%' % (r['rates']['early']['queue']['mean_bytes'] / 1000, 100 * r['rates']['early']['queue']['over_kmax'])")
+if [ "$bind" = yes ]; then
+  check "without DCQCN: >= 50% of the frames found the queue >= Kmax ($off_q)" "r['rates']['early']['queue']['over_kmax'] >= 0.5" off
+else
+  echo "without DCQCN: the queue $off_q (not checked: the sender did not fill the bottleneck)"
+fi
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -6,6 +6,9 @@
       and `counters` (group port) on one connection; one JSON line per sample to
       OUT: {"t": seconds (monotonic, taken when the qps answer came), "qps": {qpn:
       tx_bytes}} for the RC QPs in RTS, "pauses": the ports' fault_tx_bn_pause,
+      "bn": the TX bottleneck's queue as its frames found it, the ports'
+      [fault_tx_bn_frames, fault_tx_bn_over_kmax, fault_tx_bn_queue_sum,
+      fault_tx_bn_max_queue] (lib/fault/fault_injector.h),
       "rp": {qpn: [DCQCN rate in Mb/s or null when not limited, alpha, paced,
       cnp_received, rp_cnps, rate_decreases]}.
       tx_bytes is the QP's payload bytes sent (lib/transport QpCounters), so
@@ -17,8 +20,10 @@
       Late window: from the late group's first byte + --skip for --win seconds,
       QPs of both groups. Per window: each QP's mean rate (bytes over the
       window), Jain's index of those means, and Jain per sample interval
-      (min, median), the PFC pauses in it and the QPs' DCQCN alpha (min, median,
-      max over its samples). Prints a line per window; --json
+      (min, median), the PFC pauses in it, the QPs' DCQCN alpha (min, median,
+      max over its samples) and the bottleneck's queue: the share of the frames
+      that found it at Kmax or more, the mean queue they found, and the largest
+      of those means per sample interval. Prints a line per window; --json
       prints a dict.
 """
 import json
@@ -27,6 +32,20 @@ import socket
 import statistics
 import sys
 import time
+
+
+BN_SUMS = ("fault_tx_bn_frames", "fault_tx_bn_over_kmax", "fault_tx_bn_queue_sum")
+
+
+def queue_stats(a, b):
+    """The queue the frames found between samples a and b: (frames, share at
+    Kmax or more, mean bytes); None without the counters or frames."""
+    if "bn" not in a or "bn" not in b:
+        return None
+    n = b["bn"][0] - a["bn"][0]
+    if n <= 0:
+        return None
+    return n, (b["bn"][1] - a["bn"][1]) / n, (b["bn"][2] - a["bn"][2]) / n
 
 
 def sample(sock_path, out, interval_ms, seconds):
@@ -63,12 +82,17 @@ def sample(sock_path, out, interval_ms, seconds):
                 rp = {str(r["qpn"]): [r["rate_mbps"] if r["rp_limited"] else None, r["alpha"], r["paced"],
                            r["cnp_received"], r["rp_cnps"], r["rate_decreases"]] for r in rows}
                 pauses = 0
+                bn = [0, 0, 0, 0]
                 for g in ctr["result"]["groups"]:
                     for inst in g["instances"]:
                         for k, x in zip(g["names"], inst["values"]):
                             if k == "fault_tx_bn_pause":
                                 pauses += x
-                f.write(json.dumps({"t": t, "qps": q, "pauses": pauses, "rp": rp}) + "\n")
+                            elif k in BN_SUMS:
+                                bn[BN_SUMS.index(k)] += x
+                            elif k == "fault_tx_bn_max_queue":
+                                bn[3] = max(bn[3], x)
+                f.write(json.dumps({"t": t, "qps": q, "pauses": pauses, "bn": bn, "rp": rp}) + "\n")
                 f.flush()
             nxt += interval_ms / 1000.0
             d = nxt - time.monotonic()
@@ -97,7 +121,13 @@ def window(samples, qpns, t0, t1):
     for x, y in zip(inside, inside[1:]):
         per.append(jain((y["qps"][q] - x["qps"][q]) for q in qpns))
     alphas = [v[1] for x in inside for q, v in x.get("rp", {}).items() if q in qpns]
-    return {"from": a["t"], "to": b["t"], "samples": len(inside), "mbps": means,
+    qs = queue_stats(a, b)
+    per_q = [m for m in (queue_stats(x, y) for x, y in zip(inside, inside[1:])) if m]
+    queue = None
+    if qs:
+        queue = {"frames": qs[0], "over_kmax": qs[1], "mean_bytes": qs[2],
+                 "mean_bytes_max": max(m[2] for m in per_q), "over_kmax_max": max(m[1] for m in per_q)}
+    return {"queue": queue, "from": a["t"], "to": b["t"], "samples": len(inside), "mbps": means,
             "alpha": [min(alphas), statistics.median(alphas), max(alphas)] if alphas else None,
             "pauses": b["pauses"] - a["pauses"], "pauses_per_s": (b["pauses"] - a["pauses"]) / dt,
             "jain": jain(means.values()), "jain_min": min(per), "jain_median": statistics.median(per),
@@ -152,6 +182,11 @@ def fmt(name, w, n):
         w["jain_min"], w["jain_median"], w["pauses"], w["pauses_per_s"])
     if w.get("alpha"):
         s += ", alpha %d/%d/%d" % tuple(w["alpha"])
+    if w.get("queue"):
+        qs = w["queue"]
+        s += ", queue %.1f KB mean (per interval max %.1f), %.2f%% of %d frames found >= Kmax (per interval max %.2f%%)" % (
+            qs["mean_bytes"] / 1000, qs["mean_bytes_max"] / 1000, 100 * qs["over_kmax"], qs["frames"],
+            100 * qs["over_kmax_max"])
     if "late_ratio" in w:
         s += ", late QPs %.1f Mb/s vs early %.1f (ratio %.2f)" % (w["late_mean_mbps"], w["early_mean_mbps"], w["late_ratio"])
     return s

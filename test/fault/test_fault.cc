@@ -309,6 +309,12 @@ TEST_CASE("bottleneck mode: drained at its rate, RED marks between kmin and kmax
   const uint64_t marks = ctr.get(PortCounter::fault_tx_bn_mark);
   CHECK(marks >= 40);  // frames 40..79 found >= kmax queued: always marked
   CHECK(marks <= 69);  // frames 0..10 found <= kmin: never
+  // The queue as seen from outside: the 80 frames queued, 40..79 found >= kmax,
+  // frame i found i x 200 bytes (the 20 dropped count in none of them).
+  CHECK(ctr.get(PortCounter::fault_tx_bn_frames) == 80);
+  CHECK(ctr.get(PortCounter::fault_tx_bn_over_kmax) == 40);
+  CHECK(ctr.get(PortCounter::fault_tx_bn_queue_sum) == 200 * (79 * 80 / 2));
+  CHECK(ctr.get(PortCounter::fault_rx_bn_frames) == 0);
 
   // 16 us later: the first 10 have left, in order.
   io::PktBuf* out[128];
@@ -336,6 +342,15 @@ TEST_CASE("bottleneck mode: drained at its rate, RED marks between kmin and kmax
   CHECK(ce == marks);
   io.free_burst(out, k);
   CHECK(f.bottleneck_frames() == 0);
+  // A frame on the drained queue finds it empty: counted, not over kmax.
+  io::PktBuf* one = ip_frame(io, 100, 200, true);
+  CHECK(f.apply(io, &one, 1, 128) == 0);
+  CHECK(ctr.get(PortCounter::fault_tx_bn_frames) == 81);
+  CHECK(ctr.get(PortCounter::fault_tx_bn_over_kmax) == 40);
+  CHECK(ctr.get(PortCounter::fault_tx_bn_queue_sum) == 200 * (79 * 80 / 2));
+  clk.t += 1'000'000;
+  REQUIRE(f.release(out, 128) == 1);
+  io.free_burst(out, 1);
   CHECK(io.free_count() == 256);
 }
 
