@@ -65,6 +65,7 @@ void progress(Engine& e, Qp& q, uint32_t from) noexcept {
   q.comp.retry_left = q.attr.retry_cnt;
   q.comp.rnr_left = q.attr.rnr_retry;
   q.comp.last_retry_psn = 0xFFFFFFFF;
+  q.comp.tails = 0;
   const uint64_t to = verbs::ack_timeout_ns(q.attr.timeout);
   q.comp.deadline = (to && wire::psn_lt(q.comp.psn, q.req.next_new_psn)) ? e.now() + to : 0;
   e.timer_arm(q);
@@ -483,7 +484,21 @@ void completer_timer(Engine& e, Qp& q, uint64_t now) noexcept {
     q.comp.deadline = now + to;
     return;
   }
-  if (now < q.comp.deadline) return;
+  if (now < q.comp.deadline) {
+    // The tail-loss resend (EngineConfig::tail_timeout_ns): the few packets
+    // still unacknowledged go again, without spending a retry and leaving
+    // the ACK deadline where it was (a silent peer fails when it did before).
+    const uint64_t t = tail_deadline(e.config(), q);
+    if (t == 0 || now < t || !wqe_at(q, q.comp.psn)) return;
+    if (q.comp.tails++ == 0) window_cut(e, q, false);
+    e.count(Ctr::TailRetransmits);
+    q.comp.last_retry_psn = 0xFFFFFFFF;
+    const uint64_t deadline = q.comp.deadline;
+    requester_rewind(e, q, q.comp.psn);
+    q.comp.deadline = deadline;
+    e.timer_arm(q);
+    return;
+  }
   e.count(Ctr::AckTimeouts);
   ++q.ctr.timeouts;
   SendWqe* w = wqe_at(q, q.comp.psn);

@@ -91,6 +91,7 @@ enum class Ctr : uint16_t {
   SrResent,          // requester: packets resent selectively
   SrFallbacks,       // requester: a listed peer answered a marked request with a plain NAK: marks stop
   SrLearned,         // a QP saw a marked request from its peer and marks its own from then on
+  TailRetransmits,   // requester: early resends of a lost tail (EngineConfig::tail_timeout_ns)
   kCount
 };
 const char* ctr_name(Ctr c) noexcept;
@@ -140,6 +141,20 @@ struct EngineConfig {
   // window (min >= max).
   uint32_t initial_inflight_pkts = 0;
   uint32_t ack_req_every = 32;        // AckReq at least every N packets of a long message
+  // Tail-loss timeout (IRN's RTO_low, Mittal et al. 2018): an RC QP with at
+  // most tail_pkts packets unacknowledged and no acknowledgment for
+  // tail_timeout_ns resends them (go-back-N from the oldest, as after an ACK
+  // timeout, but without spending retry_cnt, with the window halved, not
+  // dropped, and the ACK deadline left where it was), again after 3x, 7x and
+  // 15x that if still nothing came back (tail_deadline): a lost last packet
+  // of a burst, which no later packet can reveal by a NAK, costs this instead
+  // of the local ACK timeout (4.096 us x 2^timeout; 2.1 s for the timeout of
+  // 19 Linux's RDMA CM asks for on RoCE). The responder answers a duplicate
+  // as IBTA 9.7.5.1.2 says (an ACK, a READ re-executed), so a resend that was
+  // not needed costs only its frames. 0: off (only the ACK timeout); resends
+  // that would fall at or after the ACK deadline are not made.
+  uint64_t tail_timeout_ns = 0;
+  uint32_t tail_pkts = 3;
   uint32_t pkts_per_turn = 32;        // requester packets per QP before moving on (fairness)
   // ECN. Reaction side: data packets (requests and responses) leave ECT(0)
   // when `ecn` is set, Not-ECT otherwise (a switch then never marks them).
@@ -432,6 +447,22 @@ bool responder_tx(Engine& e, Qp& qp, uint32_t budget) noexcept;
 void completer_rx(Engine& e, Qp& qp, const wire::PacketView& pkt) noexcept;
 void completer_timer(Engine& e, Qp& qp, uint64_t now) noexcept;
 void completer_retire(Engine& e, Qp& qp) noexcept;
+
+// When an RC QP's next tail-loss resend is due (EngineConfig::tail_timeout_ns):
+// T, 3T, 7T and 15T after its last progress (T = tail_timeout_ns; the
+// progress time is the ACK deadline minus the ACK timeout, the deadline the
+// resends leave as it is), while 1..tail_pkts packets are unacknowledged and
+// before the ACK deadline; 0 when none is.
+constexpr uint8_t kMaxTailResends = 4;
+inline uint64_t tail_deadline(const EngineConfig& c, const Qp& q) noexcept {
+  if (c.tail_timeout_ns == 0 || q.comp.tails >= kMaxTailResends || q.comp.deadline == 0 || q.comp.rnr_wait)
+    return 0;
+  const int32_t out = wire::psn_diff(q.req.next_new_psn, q.comp.psn);
+  if (out <= 0 || static_cast<uint32_t>(out) > c.tail_pkts) return 0;
+  const uint64_t to = verbs::ack_timeout_ns(q.attr.timeout);
+  const uint64_t after = c.tail_timeout_ns * ((uint64_t{2} << q.comp.tails) - 1);
+  return after < to ? q.comp.deadline - to + after : 0;
+}
 
 // Helpers shared by the modules (engine.cc).
 verbs::WcOpcode wc_opcode_of(verbs::WrOpcode op) noexcept;
