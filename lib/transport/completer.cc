@@ -128,6 +128,30 @@ uint32_t ack_through(Engine& e, Qp& q, uint32_t last) noexcept {
   return rewound;
 }
 
+}  // namespace
+
+uint64_t tail_deadline(const EngineConfig& c, const Qp& q) noexcept {
+  if (c.tail_timeout_ns == 0 || q.comp.tails >= kMaxTailResends || q.comp.deadline == 0 || q.comp.rnr_wait)
+    return 0;
+  const int32_t out = wire::psn_diff(q.req.next_new_psn, q.comp.psn);
+  if (out <= 0) return 0;
+  if (static_cast<uint32_t>(out) > c.tail_pkts) {
+    // More PSNs than that: a tail only if they all belong to one READ or
+    // atomic, the oldest WQE not done (a lost request, or the last responses).
+    const SendWqe* w = nullptr;
+    for (uint32_t i = q.sq.tail; i != q.sq.head && !w; ++i)
+      if (q.sq.at(i).state != WqeState::Done) w = &q.sq.at(i);
+    if (!w || w->state == WqeState::Posted || !is_rd_atomic(w->wr.opcode) ||
+        psn_add(w->last_psn, 1) != q.req.next_new_psn)
+      return 0;
+  }
+  const uint64_t to = verbs::ack_timeout_ns(q.attr.timeout);
+  const uint64_t after = c.tail_timeout_ns * ((uint64_t{2} << q.comp.tails) - 1);
+  return after < to ? q.comp.deadline - to + after : 0;
+}
+
+namespace {
+
 // The first WQE not yet done whose PSN range reaches psn (the one a NAK is about).
 SendWqe* wqe_at(Qp& q, uint32_t psn) noexcept {
   for (uint32_t i = q.sq.tail; i != q.sq.head; ++i) {

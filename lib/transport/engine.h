@@ -142,7 +142,7 @@ struct EngineConfig {
   uint32_t initial_inflight_pkts = 0;
   uint32_t ack_req_every = 32;        // AckReq at least every N packets of a long message
   // Tail-loss timeout (IRN's RTO_low, Mittal et al. 2018): an RC QP with at
-  // most tail_pkts packets unacknowledged and no acknowledgment for
+  // most tail_pkts PSNs (or one READ/atomic) unacknowledged and no acknowledgment for
   // tail_timeout_ns resends them (go-back-N from the oldest, as after an ACK
   // timeout, but without spending retry_cnt, with the window halved, not
   // dropped, and the ACK deadline left where it was), again after 3x, 7x and
@@ -451,18 +451,12 @@ void completer_retire(Engine& e, Qp& qp) noexcept;
 // When an RC QP's next tail-loss resend is due (EngineConfig::tail_timeout_ns):
 // T, 3T, 7T and 15T after its last progress (T = tail_timeout_ns; the
 // progress time is the ACK deadline minus the ACK timeout, the deadline the
-// resends leave as it is), while 1..tail_pkts packets are unacknowledged and
-// before the ACK deadline; 0 when none is.
+// resends leave as it is), while 1..tail_pkts PSNs are unacknowledged, or all
+// that is unacknowledged is one READ or atomic (one request packet, however
+// many response PSNs), and before the ACK deadline; 0 when none is.
+// (completer.cc)
 constexpr uint8_t kMaxTailResends = 4;
-inline uint64_t tail_deadline(const EngineConfig& c, const Qp& q) noexcept {
-  if (c.tail_timeout_ns == 0 || q.comp.tails >= kMaxTailResends || q.comp.deadline == 0 || q.comp.rnr_wait)
-    return 0;
-  const int32_t out = wire::psn_diff(q.req.next_new_psn, q.comp.psn);
-  if (out <= 0 || static_cast<uint32_t>(out) > c.tail_pkts) return 0;
-  const uint64_t to = verbs::ack_timeout_ns(q.attr.timeout);
-  const uint64_t after = c.tail_timeout_ns * ((uint64_t{2} << q.comp.tails) - 1);
-  return after < to ? q.comp.deadline - to + after : 0;
-}
+uint64_t tail_deadline(const EngineConfig& c, const Qp& q) noexcept;
 
 // Helpers shared by the modules (engine.cc).
 verbs::WcOpcode wc_opcode_of(verbs::WrOpcode op) noexcept;

@@ -103,6 +103,35 @@ TEST_CASE("tail: more than tail_pkts packets lost wait for the ACK timeout") {
   CHECK(p.A.eng->counter(Ctr::AckTimeouts) == 1);
 }
 
+TEST_CASE("tail: a lost READ request is a tail however many response PSNs it covers") {
+  for (uint64_t tail : {uint64_t{0}, kTail}) {
+    CAPTURE(tail);
+    Pair p(tail);
+    auto& local = p.A.buffer(8 * 1024);
+    auto& remote = p.B.buffer(8 * 1024);
+    fill_random(remote.mem, 11);
+    p.lose(p.A, true);
+    const uint64_t t0 = p.w.clock.now_ns();
+    SendWr wr = make_wr(1, WrOpcode::RdmaRead, local, 0, 8 * 1024);  // 8 response PSNs at MTU 1024
+    wr.rdma = {remote.addr(), remote.key};
+    REQUIRE(p.A.eng->post_send(p.qa, wr) == 0);
+    for (int i = 0; i < 8; ++i) p.A.eng->poll();  // the request leaves and is lost
+    p.lose(p.A, false);
+    auto got = p.w.wait_wcs(p.A, p.A.scq, 1);
+    REQUIRE(got.size() == 1);
+    CHECK(got[0].status == WcStatus::Success);
+    CHECK(local.mem == remote.mem);
+    const uint64_t took = p.w.clock.now_ns() - t0;
+    if (tail) {
+      CHECK(took < 2 * kTail);
+      CHECK(p.A.eng->counter(Ctr::TailRetransmits) == 1);
+      CHECK(p.A.eng->counter(Ctr::AckTimeouts) == 0);
+    } else {
+      CHECK(took >= ack_timeout_ns(kTimeout));
+    }
+  }
+}
+
 TEST_CASE("tail: a silent peer ends in RETRY_EXC_ERR exactly when it did without the resends") {
   uint64_t took[2];
   for (int mode = 0; mode < 2; ++mode) {
