@@ -2,16 +2,18 @@
 # droce's dataplane against its baselines, in one run, same port type and core
 # count (one lcore per side: sender/client on CPU 0, receiver/server on CPU 1):
 #   1. 64-byte RC WRITE message rate (droce-perf write_bw -s 64) vs the raw
-#      64-byte packet rate of dpdk-testpmd (txonly -> rxonly) through the same port;
+#      64-byte packet rate of dpdk-testpmd (txonly -> rxonly) through the same port,
+#      every WR signaled and one in 32 (--cq-mod 32: perftest's ib_write_bw
+#      signals one in 100 by default); 64-byte SEND (one in 32) and READ the same;
 #   2. 64 KiB RC WRITE throughput vs memcpy bandwidth of 64 KiB blocks, with
 #      zero-copy TX (payload attached from hugepage MRs, --zero-copy-min 1024)
 #      and with the copy path (--zero-copy-min 0);
 #   3. the same 64-byte WRITE rate with 2 queues per port (RSS/fanout spreads
 #      frames, the cross-core rings bring them to the owning loop; both loops
 #      on one thread in embedded mode);
-#   4. 8-byte WRITE ping-pong latency (write_lat, typical half round trip) vs
-#      droce-perf raw_ethernet_lat: 64-byte frames echoed through the same port
-#      with no transport.
+#   4. 8-byte WRITE and SEND ping-pong latency (write_lat, send_lat, typical
+#      half round trip) vs droce-perf raw_ethernet_lat: 64-byte frames echoed
+#      through the same port with no transport.
 # The port is net_af_packet on a veth pair (the kernel moves every frame and is
 # the bottleneck) or net_memif (shared memory between the two processes: the
 # fast path, where the stack's own cost shows; MTU 4096 with 8 KiB buffers).
@@ -75,6 +77,12 @@ for r in $(seq 1 "$rounds"); do
   v[raw]+=" $(raw_pps)"
   droce_perf_run "$tmp/w64.log" 1 write_bw -s 64 -D "$secs" -t 128 --window 128
   v[w64]+=" $(col "$tmp/w64.log" 4)"; ok[w64]+=" $(col "$tmp/w64.log" 5)"
+  droce_perf_run "$tmp/w64m.log" 1 write_bw -s 64 -D "$secs" -t 128 --window 128 --cq-mod 32
+  v[w64m]+=" $(col "$tmp/w64m.log" 4)"; ok[w64m]+=" $(col "$tmp/w64m.log" 5)"
+  droce_perf_run "$tmp/s64.log" 1 send_bw -s 64 -D "$secs" -t 128 --window 128 --cq-mod 32
+  v[s64]+=" $(col "$tmp/s64.log" 4)"; ok[s64]+=" $(col "$tmp/s64.log" 5)"
+  droce_perf_run "$tmp/r64.log" 1 read_bw -s 64 -D "$secs" -t 128 --window 128
+  v[r64]+=" $(col "$tmp/r64.log" 4)"; ok[r64]+=" $(col "$tmp/r64.log" 5)"
   droce_perf_run "$tmp/w64k.log" 1 write_bw -s 65536 -D "$secs" -t 32 -m "$mtu" --window 256 --zero-copy-min 1024
   v[w64k]+=" $(col "$tmp/w64k.log" 3)"; ok[w64k]+=" $(col "$tmp/w64k.log" 5)"
   droce_perf_run "$tmp/w64kc.log" 1 write_bw -s 65536 -D "$secs" -t 32 -m "$mtu" --window 256 --zero-copy-min 0
@@ -84,16 +92,21 @@ for r in $(seq 1 "$rounds"); do
   v[memcpy]+=" $("$build/test/bench/bench_memcpy" 65536 1 | awk '{print $(NF-1)}')"
 done
 droce_perf_run "$tmp/lat.log" 1 write_lat -s 8 -n 20000
+droce_perf_run "$tmp/slat.log" 1 send_lat -s 8 -n 20000
 droce_perf_run "$tmp/rawlat.log" 1 raw_ethernet_lat -s 64 -n 20000
 raw=$(median <<<"${v[raw]}")
-w64=$(median <<<"${v[w64]}"); w64k=$(median <<<"${v[w64k]}"); w64kc=$(median <<<"${v[w64kc]}")
+w64=$(median <<<"${v[w64]}"); w64m=$(median <<<"${v[w64m]}"); s64=$(median <<<"${v[s64]}"); r64=$(median <<<"${v[r64]}")
+w64k=$(median <<<"${v[w64k]}"); w64kc=$(median <<<"${v[w64kc]}")
 q2=$(median <<<"${v[q2]}"); mc=$(median <<<"${v[memcpy]}")
 # write_lat columns: size iters t_min t_max t_typical t_avg p99 p99.9 result
 lat=$(awk '$1 == 8 && NF >= 8 {print $5}' "$tmp/lat.log" | tail -1)
+slat=$(awk '$1 == 8 && NF >= 8 {print $5}' "$tmp/slat.log" | tail -1)
 rawlat=$(awk '$1 == 64 && NF >= 8 {print $5}' "$tmp/rawlat.log" | tail -1)
 csv=$build/bench-dataplane-$ptype.csv
 echo "port,case,droce,baseline,unit,ratio,data" >"$csv"
-awk -v raw="$raw" -v m="$w64" -v ok="$(ok_all ${ok[w64]})" -v q2="$q2" -v q2ok="$(ok_all ${ok[q2]})" \
+awk -v raw="$raw" -v m="$w64" -v ok="$(ok_all ${ok[w64]})" -v mm="$w64m" -v mmok="$(ok_all ${ok[w64m]})" \
+    -v s64="$s64" -v s64ok="$(ok_all ${ok[s64]})" -v r64="$r64" -v r64ok="$(ok_all ${ok[r64]})" -v slat="${slat:-0}" \
+    -v q2="$q2" -v q2ok="$(ok_all ${ok[q2]})" \
     -v g="$w64k" -v gok="$(ok_all ${ok[w64k]})" -v mc="$mc" -v gc="$w64kc" -v gcok="$(ok_all ${ok[w64kc]})" \
     -v lat="${lat:-0}" -v rawlat="${rawlat:-0}" -v pt="$ptype" -v mtu="$mtu" -v secs="$secs" -v rounds="$rounds" -v csv="$csv" '
 function row(name, d, b, unit, fmt, okk,   ratio) {
@@ -105,17 +118,22 @@ BEGIN {
   printf "== droce dataplane vs baselines (net_%s, 1 lcore per side, %s s runs, median of %s alternating rounds)\n", pt, secs, rounds
   printf "%-46s %17s %17s %7s\n", "case", "droce", "baseline", "ratio"
   row("64 B RC WRITE rate vs testpmd 64 B rx rate", m, raw / 1e6, "Mpps", "%11.4f", ok)
+  row("64 B RC WRITE, 1 WR in 32 signaled, vs testpmd", mm, raw / 1e6, "Mpps", "%11.4f", mmok)
+  row("64 B RC SEND, 1 WR in 32 signaled, vs testpmd", s64, raw / 1e6, "Mpps", "%11.4f", s64ok)
+  row("64 B RC READ rate vs testpmd 64 B rx rate", r64, raw / 1e6, "Mpps", "%11.4f", r64ok)
   row("64 KiB RC WRITE (MTU " mtu ", zero-copy) vs memcpy", g, mc, "Gb/s", "%11.3f", gok)
   row("64 KiB RC WRITE (MTU " mtu ", copy) vs memcpy", gc, mc, "Gb/s", "%11.3f", gcok)
   row("64 KiB WRITE zero-copy vs copy path", g, gc, "Gb/s", "%11.3f", (gok == "ok" && gcok == "ok") ? "ok" : "FAILED")
   row("64 B WRITE, 2 queues (4 QPs) vs 1 queue", q2, m, "Mpps", "%11.4f", q2ok)
   row("8 B WRITE half RTT vs raw 64 B frame ping-pong", lat, rawlat, "us", "%11.2f", (lat > 0 && rawlat > 0) ? "ok" : "FAILED")
+  row("8 B SEND half RTT vs raw 64 B frame ping-pong", slat, rawlat, "us", "%11.2f", (slat > 0 && rawlat > 0) ? "ok" : "FAILED")
 }'
 echo "  (csv: $csv)"
 if [ "$ptype" = af_packet ]; then
   echo "  (net_af_packet: every frame crosses the kernel (a sendto/recv per burst on a veth), which caps both droce and testpmd; the memif mode shows the stack's own cost)"
 fi
 grep -E 'transport:' "$tmp/w64.log" | sed 's/^/  64 B run:   /' || true
+grep -E 'transport:' "$tmp/r64.log" | sed 's/^/  64 B READ:  /' || true
 grep -E 'transport:' "$tmp/w64k.log" | sed 's/^/  64 KiB run: /' || true
 grep -E 'transport:' "$tmp/w64kc.log" | sed 's/^/  64 KiB copy: /' || true
 

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Two droce-perf nodes in two processes joined by net_memif (shared memory),
 # inside a network namespace of their own (its loopback carries the TCP
-# exchange): write, read, send and atomic with the data verified, and the raw
-# frame ping-pong (raw_ethernet_lat) every frame of which must come back.
+# exchange): write, read, send (also every size from 2 B, -a) and atomic with
+# the data verified, and the raw frame ping-pong (raw_ethernet_lat) every frame
+# of which must come back.
 #   perf_memif.sh PATH/TO/droce-perf
 set -uo pipefail
 perf=$1
@@ -12,7 +13,7 @@ droce_memif_ns droce-m
 fails=0
 passes=0
 port=18700
-IFS=';' read -ra list <<<"${DROCE_PERF_RUNS:-write_bw -s 65536 -n 500;write_bw -s 64 -n 20000;read_bw -s 4096 -n 2000;send_bw -s 1024 -n 5000;atomic_bw -n 5000;write_lat -s 64 -n 1000;raw_ethernet_lat -s 64 -n 2000}"
+IFS=';' read -ra list <<<"${DROCE_PERF_RUNS:-write_bw -s 65536 -n 500;write_bw -s 64 -n 20000;read_bw -s 4096 -n 2000;send_bw -s 1024 -n 5000;send_bw -a --max-size 64 -n 1000;atomic_bw -n 5000;write_lat -s 64 -n 1000;raw_ethernet_lat -s 64 -n 2000}"
 for run in "${list[@]}"; do
   read -ra args <<<"$run"
   port=$((port + 1))
