@@ -67,6 +67,7 @@
 #   default config/nvmf.toml). --nvmf: INTEROP_NVMF_CASES ("TEST LOSS [HOSTOPTS];...", e.g.
 #   "io droce-rx:0.01;io droce:0.01 register_always=N": these cases instead of the mode's list),
 #   INTEROP_NVMF_TMO (seconds each guest step may take, default 300, 600 with loss).
+#   INTEROP_NVMF_ARGS (more droce-nvmf options for --nvmf, e.g. "--tail-timeout-us 50000").
 set -uo pipefail
 { # the whole script is read before it runs: editing it meanwhile cannot change a running suite
 here=$(cd "$(dirname "$0")" && pwd)
@@ -969,7 +970,7 @@ start_nvmf() {
     droce-tx:*) args+=(--fault-tx-drop "${loss#droce-tx:}") ;;
   esac
   ip netns exec "$NS" timeout -k 5 3600 "$AFP_RUN" "$IFACE" "$NVMF_TOOL" --device "net_af_packet0,iface=$IFACE" \
-    --ip "$DROCE_IP" --mac "$DROCE_MAC" -c "$NVMF_CFG" "${args[@]}" -- --no-pci >"$log" 2>&1 &
+    --ip "$DROCE_IP" --mac "$DROCE_MAC" -c "$NVMF_CFG" "${args[@]}" ${INTEROP_NVMF_ARGS:-} -- --no-pci >"$log" 2>&1 &
   NVMF_PID=$!
   for i in $(seq 1 200); do
     grep -q "^droce-nvmf: listening on" "$log" && return 0

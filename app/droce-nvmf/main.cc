@@ -31,6 +31,7 @@ struct Opts {
   std::vector<std::string> ip;
   uint32_t mtu = 1024;
   double f_drop_rx = 0, f_drop_tx = 0;
+  uint32_t tail_timeout_us = 0;
   bool no_remote_inv = false;
   bool one_thread = false;
 };
@@ -74,6 +75,10 @@ int main(int argc, char** argv) {
   app.add_option("-c,--config", o.config, "TOML file with the [nvmf] section (lib/nvmf/README.md)")->required();
   app.add_option("--fault-drop", o.f_drop_rx, "drop this fraction of received frames")->check(CLI::Range(0.0, 1.0));
   app.add_option("--fault-tx-drop", o.f_drop_tx, "drop this fraction of sent frames")->check(CLI::Range(0.0, 1.0));
+  app.add_option("--tail-timeout-us", o.tail_timeout_us,
+                 "resend a lost tail (at most 3 packets unacknowledged) after this instead of the ACK timeout the host's "
+                 "CM asked for (2.1 s from Linux); 0: off (lib/transport/README.md, Tail losses)")
+      ->check(CLI::Range(0u, 10'000'000u));
   app.add_option("--control", o.control,
                  "control socket: counters at run time (droce-ctl -s SOCKET nvmf; lib/nvmf/README.md)");
   app.add_flag("--no-remote-invalidate", o.no_remote_inv,
@@ -102,6 +107,7 @@ int main(int argc, char** argv) {
     e.engine.max_qps = 256;
     e.engine.max_mrs = 256;
     e.engine.max_mtu = static_cast<verbs::Mtu>(__builtin_ctz(o.mtu) - 7);
+    e.engine.tail_timeout_ns = uint64_t{o.tail_timeout_us} * 1000;
     engine::Embedded node(e);
     auto& f = node.faults();
     f.set(config::FaultDir::rx, config::FaultKind::drop, o.f_drop_rx);

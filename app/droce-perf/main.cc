@@ -69,6 +69,7 @@ struct Opts {
   uint32_t window = 64;
   uint32_t cq_mod = 1;  // write_bw / send_bw: one signaled WR per this many (perftest's --cq-mod)
   uint32_t initial_window = 0;  // 0: start at --window
+  uint32_t tail_timeout_us = 0;  // 0: a lost tail waits for the ACK timeout
   uint32_t zero_copy_min = transport::EngineConfig{}.zero_copy_min;
   bool dcqcn = false;
   uint32_t dcqcn_line_rate_mbps = 0;  // 0: the config default
@@ -966,6 +967,7 @@ engine::EmbedOptions embed_options(const Opts& o, const std::vector<std::string>
   e.engine.timer_scan_ns = 20'000;
   e.engine.max_inflight_pkts = o.window;
   e.engine.initial_inflight_pkts = o.initial_window;
+  e.engine.tail_timeout_ns = uint64_t{o.tail_timeout_us} * 1000;
   e.engine.zero_copy_min = o.zero_copy_min;
   // --dcqcn-param without --dcqcn sets the notification point's keys (the CNP
   // interval, DSCP, priority) of a receiver whose reaction point stays off.
@@ -1270,6 +1272,9 @@ int main(int argc, char** argv) {
   app.add_option("--initial-window", o.initial_window,
                  "packets a QP may have in flight when it starts (slow start up to --window); 0: --window")
       ->check(CLI::Range(0, 65536));
+  app.add_option("--tail-timeout-us", o.tail_timeout_us,
+                 "resend a lost tail (at most 3 packets unacknowledged) after this (and 3x, 7x, 15x) instead of the ACK timeout (0: off)")
+      ->check(CLI::Range(0u, 10'000'000u));
   app.add_option("--zero-copy-min", o.zero_copy_min,
                  "payloads of at least this many bytes from hugepage MRs are sent by reference (0: always copy)");
   app.add_flag("--report_gbits", o.gbits, "bandwidth in Gb/s (default MB/s)");

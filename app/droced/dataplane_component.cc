@@ -101,6 +101,7 @@ void DataplaneComponent::start() {
   dc.engine.max_mrs = cfg.roce.max_mrs;
   dc.engine.max_inflight_pkts = cfg.roce.window;
   dc.engine.initial_inflight_pkts = cfg.roce.initial_window;
+  dc.engine.tail_timeout_ns = uint64_t{cfg.roce.tail_timeout_us} * 1000;
   dc.engine.selective_repeat = cfg.roce.selective_repeat;
   for (const auto& g : cfg.roce.selective_repeat_peers) dc.engine.sr_peers.push_back(g);
   dc.registry = &ctx_.registry;

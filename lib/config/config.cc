@@ -418,6 +418,7 @@ void read_roce(Reader& r, RoceConfig& c) {
   if (c.initial_window > c.window)
     r.fail_key("initial_window", std::to_string(c.initial_window) + " is larger than window (" +
                                      std::to_string(c.window) + ")");
+  r.integer_into("tail_timeout_us", c.tail_timeout_us, 0, 10'000'000);
   r.boolean_into("selective_repeat", c.selective_repeat);
   if (auto v = r.strings("selective_repeat_peers")) {
     for (size_t i = 0; i < v->size(); ++i) {

@@ -65,6 +65,7 @@ void progress(Engine& e, Qp& q, uint32_t from) noexcept {
   q.comp.retry_left = q.attr.retry_cnt;
   q.comp.rnr_left = q.attr.rnr_retry;
   q.comp.last_retry_psn = 0xFFFFFFFF;
+  q.comp.tails = 0;
   const uint64_t to = verbs::ack_timeout_ns(q.attr.timeout);
   q.comp.deadline = (to && wire::psn_lt(q.comp.psn, q.req.next_new_psn)) ? e.now() + to : 0;
   e.timer_arm(q);
@@ -126,6 +127,30 @@ uint32_t ack_through(Engine& e, Qp& q, uint32_t last) noexcept {
   if (moved) progress(e, q, from);
   return rewound;
 }
+
+}  // namespace
+
+uint64_t tail_deadline(const EngineConfig& c, const Qp& q) noexcept {
+  if (c.tail_timeout_ns == 0 || q.comp.tails >= kMaxTailResends || q.comp.deadline == 0 || q.comp.rnr_wait)
+    return 0;
+  const int32_t out = wire::psn_diff(q.req.next_new_psn, q.comp.psn);
+  if (out <= 0) return 0;
+  if (static_cast<uint32_t>(out) > c.tail_pkts) {
+    // More PSNs than that: a tail only if they all belong to one READ or
+    // atomic, the oldest WQE not done (a lost request, or the last responses).
+    const SendWqe* w = nullptr;
+    for (uint32_t i = q.sq.tail; i != q.sq.head && !w; ++i)
+      if (q.sq.at(i).state != WqeState::Done) w = &q.sq.at(i);
+    if (!w || w->state == WqeState::Posted || !is_rd_atomic(w->wr.opcode) ||
+        psn_add(w->last_psn, 1) != q.req.next_new_psn)
+      return 0;
+  }
+  const uint64_t to = verbs::ack_timeout_ns(q.attr.timeout);
+  const uint64_t after = c.tail_timeout_ns * ((uint64_t{2} << q.comp.tails) - 1);
+  return after < to ? q.comp.deadline - to + after : 0;
+}
+
+namespace {
 
 // The first WQE not yet done whose PSN range reaches psn (the one a NAK is about).
 SendWqe* wqe_at(Qp& q, uint32_t psn) noexcept {
@@ -483,7 +508,21 @@ void completer_timer(Engine& e, Qp& q, uint64_t now) noexcept {
     q.comp.deadline = now + to;
     return;
   }
-  if (now < q.comp.deadline) return;
+  if (now < q.comp.deadline) {
+    // The tail-loss resend (EngineConfig::tail_timeout_ns): the few packets
+    // still unacknowledged go again, without spending a retry and leaving
+    // the ACK deadline where it was (a silent peer fails when it did before).
+    const uint64_t t = tail_deadline(e.config(), q);
+    if (t == 0 || now < t || !wqe_at(q, q.comp.psn)) return;
+    if (q.comp.tails++ == 0) window_cut(e, q, false);
+    e.count(Ctr::TailRetransmits);
+    q.comp.last_retry_psn = 0xFFFFFFFF;
+    const uint64_t deadline = q.comp.deadline;
+    requester_rewind(e, q, q.comp.psn);
+    q.comp.deadline = deadline;
+    e.timer_arm(q);
+    return;
+  }
   e.count(Ctr::AckTimeouts);
   ++q.ctr.timeouts;
   SendWqe* w = wqe_at(q, q.comp.psn);

@@ -26,7 +26,7 @@ constexpr const char* kCtrNames[] = {
     "window_cuts",       "rx_bad_rkey",        "rx_bad_va",         "rx_bad_length",
     "resp_mr_gone",      "rx_bad_src_addr",    "rx_mcast",          "rx_mcast_no_group", "mcast_delivered",
     "sr_ooo_placed",     "sr_dup",             "sr_sack_sent",      "sr_gbn_nak_sent",   "sr_sack_received",
-    "sr_resent",         "sr_fallbacks",       "sr_learned",
+    "sr_resent",         "sr_fallbacks",       "sr_learned",        "tail_retransmits",
 };
 static_assert(std::size(kCtrNames) == static_cast<size_t>(Ctr::kCount));
 }  // namespace
@@ -883,6 +883,7 @@ void Engine::timer_arm(Qp& q) noexcept {
   uint64_t at = UINT64_MAX;
   if (q.comp.rnr_wait) at = q.comp.rnr_until;
   if (q.comp.deadline && q.comp.deadline < at) at = q.comp.deadline;
+  if (const uint64_t t = tail_deadline(cfg_, q); t && t < at) at = t;
   if (at == UINT64_MAX) return;  // nothing armed: a stale entry leaves when its slot comes
   if (q.tw_on) {
     if (q.tw_at <= at) return;  // due earlier: it finds the later time then
@@ -938,6 +939,7 @@ uint64_t Engine::next_timer_ns() const noexcept {
     if (q->type != verbs::QpType::RC || !q->rts_like()) continue;
     if (q->comp.rnr_wait && q->comp.rnr_until < t) t = q->comp.rnr_until;
     if (q->comp.deadline && q->comp.deadline < t) t = q->comp.deadline;
+    if (const uint64_t e = tail_deadline(cfg_, *q); e && e < t) t = e;
   }
   for (const Qp* q : live_qps_)  // a paced QP waiting for its next send time
     if (q->in_req_ready && q->rp.limited() && q->rp.next_send_ns() > now_ && q->rp.next_send_ns() < t)

@@ -92,6 +92,7 @@ enum class Ctr : uint16_t {
   SrResent,          // requester: packets resent selectively
   SrFallbacks,       // requester: a listed peer answered a marked request with a plain NAK: marks stop
   SrLearned,         // a QP saw a marked request from its peer and marks its own from then on
+  TailRetransmits,   // requester: early resends of a lost tail (EngineConfig::tail_timeout_ns)
   kCount
 };
 const char* ctr_name(Ctr c) noexcept;
@@ -141,6 +142,20 @@ struct EngineConfig {
   // window (min >= max).
   uint32_t initial_inflight_pkts = 0;
   uint32_t ack_req_every = 32;        // AckReq at least every N packets of a long message
+  // Tail-loss timeout (IRN's RTO_low, Mittal et al. 2018): an RC QP with at
+  // most tail_pkts PSNs (or one READ/atomic) unacknowledged and no acknowledgment for
+  // tail_timeout_ns resends them (go-back-N from the oldest, as after an ACK
+  // timeout, but without spending retry_cnt, with the window halved, not
+  // dropped, and the ACK deadline left where it was), again after 3x, 7x and
+  // 15x that if still nothing came back (tail_deadline): a lost last packet
+  // of a burst, which no later packet can reveal by a NAK, costs this instead
+  // of the local ACK timeout (4.096 us x 2^timeout; 2.1 s for the timeout of
+  // 19 Linux's RDMA CM asks for on RoCE). The responder answers a duplicate
+  // as IBTA 9.7.5.1.2 says (an ACK, a READ re-executed), so a resend that was
+  // not needed costs only its frames. 0: off (only the ACK timeout); resends
+  // that would fall at or after the ACK deadline are not made.
+  uint64_t tail_timeout_ns = 0;
+  uint32_t tail_pkts = 3;
   uint32_t pkts_per_turn = 32;        // requester packets per QP before moving on (fairness)
   // ECN. Reaction side: data packets (requests and responses) leave ECT(0)
   // when `ecn` is set, Not-ECT otherwise (a switch then never marks them).
@@ -439,6 +454,16 @@ bool responder_tx(Engine& e, Qp& qp, uint32_t budget) noexcept;
 void completer_rx(Engine& e, Qp& qp, const wire::PacketView& pkt) noexcept;
 void completer_timer(Engine& e, Qp& qp, uint64_t now) noexcept;
 void completer_retire(Engine& e, Qp& qp) noexcept;
+
+// When an RC QP's next tail-loss resend is due (EngineConfig::tail_timeout_ns):
+// T, 3T, 7T and 15T after its last progress (T = tail_timeout_ns; the
+// progress time is the ACK deadline minus the ACK timeout, the deadline the
+// resends leave as it is), while 1..tail_pkts PSNs are unacknowledged, or all
+// that is unacknowledged is one READ or atomic (one request packet, however
+// many response PSNs), and before the ACK deadline; 0 when none is.
+// (completer.cc)
+constexpr uint8_t kMaxTailResends = 4;
+uint64_t tail_deadline(const EngineConfig& c, const Qp& q) noexcept;
 
 // Helpers shared by the modules (engine.cc).
 verbs::WcOpcode wc_opcode_of(verbs::WrOpcode op) noexcept;

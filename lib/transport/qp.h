@@ -77,6 +77,7 @@ struct CompState {
   uint8_t retry_left = 7;     // retry_cnt left for the current PSN
   uint8_t rnr_left = 7;       // rnr_retry left (7 = infinite)
   bool rnr_wait = false;      // requester paused until rnr_until
+  uint8_t tails = 0;          // tail-loss resends since the last progress (EngineConfig::tail_timeout_ns)
   uint64_t rnr_until = 0;
   uint64_t deadline = 0;      // ACK timeout deadline (0 = not armed)
   uint32_t last_retry_psn = 0xFFFFFFFF;  // PSN of the last retransmission triggered by a response

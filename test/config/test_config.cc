@@ -59,6 +59,7 @@ TEST_CASE("minimal config gets the documented defaults", "[config]") {
   CHECK_FALSE(c.roce.selective_repeat);  // off unless asked for
   CHECK(c.roce.window == 64);
   CHECK(c.roce.initial_window == 0);
+  CHECK(c.roce.tail_timeout_us == 0);
   CHECK(c.roce.selective_repeat_peers.empty());
   CHECK(c.control.socket == "/run/droce/droced.sock");
   CHECK(c.control.mode == 0660);
@@ -125,6 +126,7 @@ max_mrs = 512
 mr_memory_mb = 1024
 window = 128
 initial_window = 8
+tail_timeout_us = 500
 selective_repeat = true
 selective_repeat_peers = ["10.0.0.2", "fd00::2"]
 
@@ -177,6 +179,7 @@ file = "/tmp/droced.log"
   CHECK(c.roce.mr_memory_mb == 1024);
   CHECK(c.roce.window == 128);
   CHECK(c.roce.initial_window == 8);
+  CHECK(c.roce.tail_timeout_us == 500);
   CHECK(c.roce.selective_repeat);
   REQUIRE(c.roce.selective_repeat_peers.size() == 2);
   CHECK(c.roce.selective_repeat_peers[0] ==
@@ -306,6 +309,8 @@ TEST_CASE("out-of-range values name key, value and range", "[config][bad]") {
   CHECK_THAT(error_of(kPort + "[roce]\nwindow = 0\n"), Catch::Contains("roce.window: 0 is out of range 1..65536"));
   CHECK_THAT(error_of(kPort + "[roce]\nwindow = 16\ninitial_window = 32\n"),
              Catch::Contains("roce.initial_window: 32 is larger than window (16)"));
+  CHECK_THAT(error_of(kPort + "[roce]\ntail_timeout_us = -1\n"),
+             Catch::Contains("roce.tail_timeout_us: -1 is out of range 0..10000000"));
   CHECK_THAT(error_of(kPort + "[control]\nmax_clients = 0\n"), Catch::Contains("control.max_clients: 0 is out of range"));
   CHECK_THAT(error_of(kPort + "[control]\nmode = \"1777\"\n"), Catch::Contains("control.mode: 01777 is out of range"));
   CHECK_THAT(error_of(kPort + "[eal]\nmain_lcore = 128\n"), Catch::Contains("eal.main_lcore: 128 is out of range 0..127"));
