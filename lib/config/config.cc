@@ -723,6 +723,8 @@ const std::vector<DcqcnKey>& dcqcn_keys() {
        "a gap past this between a QP's updates (the poll loop descheduled) does not count as time (us; 0: off)"},
       {"validate_rate", &D::validate_rate, 0, 1,
        "1: the timer raises a QP's rate only if the pacer held it back since the last change (0: always)"},
+      {"window_us", &D::window_us, 0, kMaxUs,
+       "a limited QP keeps at most its rate x this in flight (us; 0: no bound but the window)"},
       {"clamp_tgt_rate", &D::clamp_tgt_rate, 0, 1,
        "1: every decrease sets the target rate to the current one (0: only after a timer increase)"},
       {"min_time_between_cnps_us", &D::min_time_between_cnps_us, 0, kMaxUs, "at most one CNP per QP per period (us)"},

@@ -82,6 +82,7 @@ struct DcqcnConfig {
   uint32_t min_dec_fac_pct = 50;           // one decrease cuts at most this share of the rate
   uint32_t stall_hold_us = 0;              // a gap between updates past this is not time (0: off)
   uint32_t validate_rate = 0;              // 1: the timer raises only a rate the pacer enforced
+  uint32_t window_us = 0;                  // a limited QP's bytes in flight <= its rate x this (0: off)
   uint32_t clamp_tgt_rate = 0;             // 1: every decrease sets the target to the current rate (the paper's rule)
   // Notification point (answers CE-marked packets with CNPs when [port] cnp is on).
   uint32_t min_time_between_cnps_us = 4;   // per QP

@@ -572,6 +572,13 @@ void CoreLoop::housekeeping(uint64_t now_tsc) noexcept {
   cc_->set(CoreCounter::ring_occupancy, occ);
 }
 
+void CoreLoop::stall(uint64_t gap_tsc) noexcept {
+  const uint64_t us = gap_tsc * 1'000'000 / rte_get_tsc_hz();
+  cc_->add(CoreCounter::stalls);
+  cc_->add(CoreCounter::stall_us, us);
+  if (us > cc_->get(CoreCounter::stall_max_us)) cc_->set(CoreCounter::stall_max_us, us);
+}
+
 uint32_t CoreLoop::poll_once() noexcept {
   uint32_t work = 0;
   // Pollers first: work requests posted through them (the verbs shim's rings)
@@ -580,6 +587,11 @@ uint32_t CoreLoop::poll_once() noexcept {
   // send goes out in the same iteration it is taken.
   // One TSC read per turn, for the engines' clocks and the housekeeping tick.
   const uint64_t now = rte_rdtsc();
+  // A gap of 1 ms or more since the last turn: the thread was descheduled (a
+  // shared CPU) or blocked; counted so a measurement can line its losses up
+  // with the stalls of either node (stalls, stall_us, stall_max_us).
+  if (now - last_poll_ >= stall_tsc_ && last_poll_ != 0) stall(now - last_poll_);
+  last_poll_ = now;
   for (auto& p : pollers_) work += p.second();
   const uint64_t now_ns = dp_.clock_.ns_of(now);
   for (auto& s : slots_) work += s.eng->poll(now_ns);
@@ -624,6 +636,7 @@ Dataplane::Dataplane(DataplaneConfig cfg) : cfg_(std::move(cfg)) {
     cores_.push_back(std::make_unique<CoreLoop>(*this, i, cs.lcore));
     CoreLoop& c = *cores_.back();
     c.cc_ = &(*core_ctr_)[i];
+    c.stall_tsc_ = rte_get_tsc_hz() / 1000;
     for (const auto& q : cs.queues) {
       if (q.port >= cfg_.ports.size())
         throw DataplaneError("dataplane: core " + std::to_string(i) + ": no port " + std::to_string(q.port));
@@ -900,6 +913,7 @@ void apply_cc(const PortCc& cc, transport::EngineConfig& ec) noexcept {
   p.clamp_tgt_rate = d.clamp_tgt_rate != 0;
   p.stall_hold_ns = uint64_t{d.stall_hold_us} * 1000;
   p.validate_rate = d.validate_rate != 0;
+  p.window_ns = uint64_t{d.window_us} * 1000;
 }
 
 PortCc cc_of(const transport::EngineConfig& ec) noexcept {
@@ -928,6 +942,7 @@ PortCc cc_of(const transport::EngineConfig& ec) noexcept {
   d.clamp_tgt_rate = p.clamp_tgt_rate ? 1 : 0;
   d.stall_hold_us = u32(p.stall_hold_ns / 1000);
   d.validate_rate = p.validate_rate ? 1 : 0;
+  d.window_us = u32(p.window_ns / 1000);
   return cc;
 }
 

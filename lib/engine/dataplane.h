@@ -227,6 +227,7 @@ class CoreLoop {
  private:
   friend class Dataplane;
   void housekeeping(uint64_t now) noexcept;
+  void stall(uint64_t gap_tsc) noexcept;
   void run_commands() noexcept;
 
   Dataplane& dp_;
@@ -238,6 +239,8 @@ class CoreLoop {
   std::vector<std::pair<uint64_t, Poller>> pollers_;
   uint64_t poller_seq_ = 0;
   uint64_t next_hk_ = 0;
+  uint64_t last_poll_ = 0;  // TSC of the last poll_once (the stall counters)
+  uint64_t stall_tsc_ = 0;  // a gap this long between polls is a stall (1 ms)
   stats::CounterBlock<stats::CoreCounter>* cc_ = nullptr;
   std::atomic<bool> driven_{false};
   std::atomic<std::thread::id> driver_{};

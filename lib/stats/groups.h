@@ -27,7 +27,8 @@ DROCE_COUNTERS(PortCounter, "port", DROCE_PORT_COUNTERS);
 #define DROCE_CORE_COUNTERS(X)                                                  \
   X(polls) X(busy_polls) X(rx_bursts) X(tx_bursts) X(timer_runs)                \
   X(ring_enqueued) X(ring_dequeued) X(ring_full_drops) X(ring_occupancy)        \
-  X(cnp_sent) X(cnp_received) X(idle_yields) X(mcast_fanout)
+  X(cnp_sent) X(cnp_received) X(idle_yields) X(mcast_fanout)                     \
+  X(stalls) X(stall_us) X(stall_max_us)
 DROCE_COUNTERS(CoreCounter, "core", DROCE_CORE_COUNTERS);
 // clang-format on
 

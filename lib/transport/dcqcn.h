@@ -49,6 +49,15 @@ struct Params {
   // of CPU or of work) does not gain rate it is not using, as TCP's window
   // validation does not grow an unused window. false: NVIDIA's (always).
   bool validate_rate = false;
+  // A limited QP keeps at most its current rate x window_ns of bytes in
+  // flight (window_bytes(); the requester's window in packets then is the
+  // smaller of its congestion window and this): what a QP has in flight can
+  // reach the queue at once when the acknowledgments come back together (a
+  // receiver whose poll loop stalled), so the queue DCQCN's rates can build
+  // is bounded by the sum of the rates x window_ns, as HPCC and Swift bound a
+  // flow's window by its rate x RTT. A QP held by it is not held by the pacer,
+  // so with validate_rate the timer does not raise its rate meanwhile. 0: off.
+  uint64_t window_ns = 0;
 };
 
 // The DCQCN paper's timescales (Zhu et al. 2015): alpha updated every 55 us
@@ -109,6 +118,11 @@ class ReactionPoint {
   uint32_t current_kbps() const noexcept { return rc_; }
   uint32_t target_kbps() const noexcept { return rt_; }
   uint32_t alpha() const noexcept { return alpha_ / 1024; }  // of 1024 (rounded down)
+  // Bytes the QP may have in flight at its current rate (Params::window_ns);
+  // 0: no such bound (not limited, or window_ns 0).
+  uint64_t window_bytes() const noexcept {
+    return active_ && p_.window_ns != 0 ? uint64_t{rc_} * p_.window_ns / 8'000'000 : 0;
+  }
   uint32_t time_stage() const noexcept { return t_; }
   uint32_t byte_stage() const noexcept { return bc_; }
   const Counters& counters() const noexcept { return ctr_; }

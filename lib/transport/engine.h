@@ -17,6 +17,7 @@
 
 #include "io/packet_io.h"
 #include "transport/qp.h"
+#include "wire/icrc.h"
 #include "verbs/mr.h"
 #include "verbs/mw.h"
 #include "verbs/queues.h"
@@ -415,6 +416,12 @@ class Engine {
   uint16_t spare_len_ = 0;
   io::PktBuf* tx_[kBurst]{};
   uint16_t tx_len_ = 0;
+  // Frames of the TX batch built by emit_copy whose ICRC is still to be
+  // computed: flush_tx computes them for the batch at once (see
+  // wire::icrc_compute_burst) just before the batch leaves.
+  wire::IcrcPkt icrc_pend_[kBurst]{};
+  uint16_t icrc_pend_len_ = 0;
+  void finish_icrcs() noexcept;
   io::PktBuf* cur_ = nullptr;  // frame between begin_frame and end_frame
   wire::FrameShape cur_shape_;
   uint32_t cur_plen_ = 0;

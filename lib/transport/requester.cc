@@ -28,6 +28,15 @@ namespace {
 // ICRC, FCS): the DCQCN byte counter and pacer count these too.
 constexpr uint64_t kWireOverhead = 14 + 20 + 8 + 12 + 4 + 4;
 
+// The window in packets: the congestion window, and for a QP DCQCN limits at
+// most its rate x dcqcn::Params::window_ns (one packet at least).
+inline uint32_t send_window(const Qp& q) noexcept {
+  const uint64_t b = q.rp.window_bytes();
+  if (b == 0) return q.req.cwnd;
+  const uint64_t pkts = b / (q.mtu + kWireOverhead);
+  return pkts >= q.req.cwnd ? q.req.cwnd : (pkts != 0 ? static_cast<uint32_t>(pkts) : 1);
+}
+
 inline bool is_rd_atomic(WrOpcode o) noexcept {
   return o == WrOpcode::RdmaRead || o == WrOpcode::AtomicCmpSwp || o == WrOpcode::AtomicFetchAdd;
 }
@@ -139,7 +148,7 @@ bool build_packet(Engine& e, Qp& q, SendWqe& w, bool* last_of_wqe) noexcept {
       // AckReq on the last packet, every ack_req_every packets (at most every half
       // window, so ACKs come back before a small window runs dry) and on the packet
       // that fills the window (a responder such as rxe ACKs only on AckReq).
-      const uint32_t w = q.req.cwnd;
+      const uint32_t w = send_window(q);
       const uint32_t every = e.config().ack_req_every < w / 2 ? e.config().ack_req_every : (w / 2 ? w / 2 : 1);
       f.ackreq = last || q.req.pkts_since_ackreq + 1 >= every ||
                      psn_diff(psn_add(q.req.psn, 1), q.comp.psn) >= static_cast<int32_t>(w);
@@ -285,11 +294,18 @@ bool requester_run(Engine& e, Qp& q, uint32_t budget) noexcept {
         // Go-back-N window on outstanding PSNs: the congestion window, at most
         // max_inflight_pkts (also keeps within 2^23, IBTA 9.7).
         // Selective repeat keeps everything in flight inside the responder's window.
-        if (q.type == QpType::RC &&
-            psn_diff(q.req.psn, q.comp.psn) >=
-                static_cast<int32_t>(q.req.sr_tx && q.req.cwnd > kSrWindow ? kSrWindow : q.req.cwnd)) {
-          st = ReqSt::Stop;
-          break;
+        // A QP DCQCN limits: at most its rate x window_ns (send_window). When
+        // that bound fell below what is out since the last packet that asked
+        // for an ACK (its rate was cut), one more packet goes, with AckReq (it
+        // fills the window): else no ACK would come before the ACK timeout.
+        if (q.type == QpType::RC) {
+          const uint32_t win = send_window(q);
+          const int32_t out = psn_diff(q.req.psn, q.comp.psn);
+          const bool ask = win < q.req.cwnd && q.req.pkts_since_ackreq != 0 && out < static_cast<int32_t>(q.req.cwnd);
+          if (out >= static_cast<int32_t>(q.req.sr_tx && win > kSrWindow ? kSrWindow : win) && !ask) {
+            st = ReqSt::Stop;
+            break;
+          }
         }
         // DCQCN: a QP slowed by CNPs waits for its next send time (it stays
         // on the ready list; Engine::next_timer_ns reports the time).

@@ -462,6 +462,7 @@ TEST_CASE("[port] dcqcn and [port.dcqcn_params]: NVIDIA's defaults, every key re
   CHECK(d.clamp_tgt_rate == 0);
   CHECK(d.stall_hold_us == 0);
   CHECK(d.validate_rate == 0);
+  CHECK(d.window_us == 0);
   CHECK(d.min_time_between_cnps_us == 4);
   CHECK(d.cnp_dscp == 48);
   CHECK(d.cnp_prio == 6);

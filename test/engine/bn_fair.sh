@@ -39,7 +39,7 @@
 #   LATE_AT=7 ON_SECS=14 OFF_SECS=5 SMALL_QPS=4 SMALL_SECS=6 SKIP=3 WIN=3
 #   SAMPLE_MS=250 JAIN_MIN=0.95 LATE_MIN=0.5 PAUSE_X=4 LINE_MBPS=1000 TWO_QPS=2
 #   KMAX_SHARE=0.05 KMAX_SHARE16=0.2 KMAX_SHARE20=0.4 PMAX=1.0 STALL_HOLD_US=500
-#   AI_MBPS=1 HAI_MBPS=5
+#   AI_MBPS=1 HAI_MBPS=5 WINDOW_US=0 (dcqcn window_us)
 #   KEEP=DIR (keep the samples, DIR/RUN.jsonl)
 set -uo pipefail
 DROCED=$1
@@ -61,6 +61,7 @@ PMAX=${PMAX:-1.0}
 STALL_HOLD_US=${STALL_HOLD_US:-500}
 AI_MBPS=${AI_MBPS:-1}
 HAI_MBPS=${HAI_MBPS:-5}
+WINDOW_US=${WINDOW_US:-0}
 SKIP=${SKIP:-3}
 WIN=${WIN:-3}
 SAMPLE_MS=${SAMPLE_MS:-250}
@@ -102,7 +103,7 @@ node() {
 BN=$'[port.fault.tx.bottleneck]\n'"rate_gbps = $BN_GBPS"$'\nkmin_bytes = 5000\nkmax_bytes = 100000\npmax = '"$PMAX"$'\nlimit_bytes = 400000\nmark_dequeue = true\npfc_xoff_bytes = 300000\npfc_xon_bytes = 200000'
 # DCQCN off at start; bn_pair.sh's parameters with validate_rate, stall_hold_us
 # (as engine_perf_bottleneck_pfc16) and the paper's AI/HAI scaled to 1 Gb/s.
-DQ="dcqcn = false"$'\n[port.dcqcn_params]\n'"line_rate_mbps = ${LINE_MBPS:-1000}"$'\nalpha_g = 1020\nalpha_update_period_us = 55\ntime_reset_us = 55\nbyte_reset = 156250\nthreshold = 5\nai_rate_mbps = '"$AI_MBPS"$'\nhai_rate_mbps = '"$HAI_MBPS"$'\nclamp_tgt_rate = 1\nvalidate_rate = 1\nstall_hold_us = '"$STALL_HOLD_US"
+DQ="dcqcn = false"$'\n[port.dcqcn_params]\n'"line_rate_mbps = ${LINE_MBPS:-1000}"$'\nalpha_g = 1020\nalpha_update_period_us = 55\ntime_reset_us = 55\nbyte_reset = 156250\nthreshold = 5\nai_rate_mbps = '"$AI_MBPS"$'\nhai_rate_mbps = '"$HAI_MBPS"$'\nclamp_tgt_rate = 1\nvalidate_rate = 1\nstall_hold_us = '"$STALL_HOLD_US"$'\nwindow_us = '"$WINDOW_US"
 # Two loops on a 2-CPU machine: A's core on CPU 1, B's on CPU 0.
 if node a va 10.43.0.1 02:00:0a:2b:00:01 "0@0,1@1" "" && node b vb 10.43.0.2 02:00:0a:2b:00:02 "0@1,1@0" "$DQ"$'\n'"$BN"; then
   ok "two droced nodes, B's TX through a ${BN_GBPS} Gb/s bottleneck with PFC"

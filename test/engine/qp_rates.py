@@ -3,9 +3,11 @@
 
   qp_rates.py sample SOCKET OUT INTERVAL_MS SECONDS
       Every INTERVAL_MS for at most SECONDS (or until SIGTERM): the `qps` command
-      and `counters` (group port) on one connection; one JSON line per sample to
-      OUT: {"t": seconds (monotonic, taken when the qps answer came), "qps": {qpn:
-      tx_bytes}} for the RC QPs in RTS, "pauses": the ports' fault_tx_bn_pause,
+      and `counters` (groups port and core) on one connection; one JSON line per
+      sample to OUT: {"t": seconds (monotonic, taken when the qps answer came), "qps":
+      {qpn: tx_bytes}} for the RC QPs in RTS, "pauses": the ports' fault_tx_bn_pause,
+      "drops": their fault_tx_bn_drop, "stalls": the cores' [stalls, stall_us,
+      stall_max_us] (gaps of 1 ms or more between two turns of a poll loop),
       "bn": the TX bottleneck's queue as its frames found it, the ports'
       [fault_tx_bn_frames, fault_tx_bn_over_kmax, fault_tx_bn_queue_sum,
       fault_tx_bn_max_queue] (lib/fault/fault_injector.h),
@@ -74,6 +76,7 @@ def sample(sock_path, out, interval_ms, seconds):
                 ans = ask(b'{"cmd": "qps"}\n')
                 t = time.monotonic()
                 ctr = ask(b'{"cmd": "counters", "args": {"group": "port"}}\n')
+                core = ask(b'{"cmd": "counters", "args": {"group": "core"}}\n')
             except (EOFError, OSError):
                 return
             if ans.get("ok") and ctr.get("ok"):
@@ -82,17 +85,29 @@ def sample(sock_path, out, interval_ms, seconds):
                 rp = {str(r["qpn"]): [r["rate_mbps"] if r["rp_limited"] else None, r["alpha"], r["paced"],
                            r["cnp_received"], r["rp_cnps"], r["rate_decreases"]] for r in rows}
                 pauses = 0
+                drops = 0
                 bn = [0, 0, 0, 0]
+                stalls = [0, 0, 0]
                 for g in ctr["result"]["groups"]:
                     for inst in g["instances"]:
                         for k, x in zip(g["names"], inst["values"]):
                             if k == "fault_tx_bn_pause":
                                 pauses += x
+                            elif k == "fault_tx_bn_drop":
+                                drops += x
                             elif k in BN_SUMS:
                                 bn[BN_SUMS.index(k)] += x
                             elif k == "fault_tx_bn_max_queue":
                                 bn[3] = max(bn[3], x)
-                f.write(json.dumps({"t": t, "qps": q, "pauses": pauses, "bn": bn, "rp": rp}) + "\n")
+                for g in core.get("result", {}).get("groups", []):
+                    for inst in g["instances"]:
+                        for k, x in zip(g["names"], inst["values"]):
+                            if k in ("stalls", "stall_us"):
+                                stalls[k == "stall_us"] += x
+                            elif k == "stall_max_us":
+                                stalls[2] = max(stalls[2], x)
+                f.write(json.dumps({"t": t, "qps": q, "pauses": pauses, "drops": drops, "bn": bn, "rp": rp,
+                                    "stalls": stalls}) + "\n")
                 f.flush()
             nxt += interval_ms / 1000.0
             d = nxt - time.monotonic()

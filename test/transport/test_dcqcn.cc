@@ -345,6 +345,21 @@ TEST_CASE("dcqcn: validate_rate: the timer raises only a rate the pacer held the
   CHECK(always.current_kbps() == 75'049);
 }
 
+TEST_CASE("dcqcn: window_ns: a limited QP's bytes in flight are its rate x window_ns") {
+  Params p = small(100'000);
+  p.window_ns = 1'000'000;  // 1 ms
+  ReactionPoint rp(p);
+  CHECK(rp.window_bytes() == 0);  // not limited: no bound
+  rp.on_cnp(0);
+  REQUIRE(rp.current_kbps() == 50'098);
+  CHECK(rp.window_bytes() == 6'262);  // 50098 kb/s x 1 ms / 8 = 6262.25 bytes
+  rp.advance(300'000);  // fast recovery to 75049 kb/s
+  CHECK(rp.window_bytes() == 9'381);
+  ReactionPoint off(small(100'000));  // window_ns 0: no bound at any rate
+  off.on_cnp(0);
+  CHECK(off.window_bytes() == 0);
+}
+
 TEST_CASE("dcqcn: CNPs slow a marked RC sender end to end; without DCQCN they are only counted") {
   const Run off = marked_write(false);
   const Run on = marked_write(true);

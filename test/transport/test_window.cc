@@ -4,6 +4,7 @@
 // sending 1 MiB at once, into a port that takes one frame per 100 us (10,000
 // frames/s) and drops what finds 256 frames already waiting (a full receive ring),
 // 1 ms away. No random faults: the runs are deterministic.
+#include <algorithm>
 #include <cstring>
 #include <map>
 
@@ -389,6 +390,69 @@ TEST_CASE("window: a CNP ends slow start (the window grows one PSN per window af
   CHECK(r.ssthresh_after <= 8);
   CHECK(r.cwnd_after < 64);  // additive from there: far below the maximum after 1024 packets
   CHECK(r.retransmits == 0);
+}
+
+// dcqcn::Params::window_ns: a QP DCQCN holds at rate r keeps at most r x
+// window_ns in flight. One 1 MiB WRITE (1 KiB packets) over a link 100 us each
+// way, every frame CE-marked, the rate floor 1 Gb/s (as first_window): 1 Gb/s
+// x 100 us is 12500 bytes, 11 packets of 1024 + 62; the 200 us round trip would
+// take 23 at that rate, so the bound, not the pacer, holds the QP.
+namespace {
+struct Flight {
+  int32_t max_inflight_limited = 0;  // the most PSNs out at the floor, from 1 ms after reaching it
+  uint64_t retransmits = 0, timeouts = 0;
+  bool data_ok = false;
+};
+Flight rate_window(uint64_t window_ns) {
+  EngineConfig cfg;
+  cfg.max_inflight_pkts = 64;
+  cfg.dcqcn = true;
+  cfg.dcqcn_params.line_rate_kbps = 10'000'000;
+  cfg.dcqcn_params.min_rate_kbps = 1'000'000;
+  cfg.dcqcn_params.window_ns = window_ns;
+  World w(22, 2, cfg);
+  memlink::Faults f;
+  f.delay_ns = 100'000;
+  w.link.set_faults(f);
+  f.ce_mark = 1.0;
+  w.node[0]->port.set_faults(f);
+  auto [qa, qb] = w.connect(0, 1, QpType::RC);
+  Node& A = *w.node[0];
+  const PostedWrite pw = post_write(A, *w.node[1], qa, 1 << 20, 22);
+  Flight r;
+  std::vector<Wc> wcs;
+  const transport::Qp* q = A.eng->qp(qa);
+  uint64_t floor_at = 0;  // when the rate reached the floor (what was out before drains within a round trip)
+  REQUIRE(w.run([&] {
+    const bool at_floor = q->rp.limited() && q->rp.current_kbps() == 1'000'000;
+    if (!at_floor) floor_at = 0;
+    else if (floor_at == 0) floor_at = w.clock.now_ns();
+    else if (w.clock.now_ns() - floor_at >= 1'000'000)
+      r.max_inflight_limited = std::max(r.max_inflight_limited, wire::psn_diff(q->req.psn, q->comp.psn));
+    for (const Wc& c : A.drain(A.scq)) wcs.push_back(c);
+    return !wcs.empty();
+  }));
+  CHECK(wcs[0].status == WcStatus::Success);
+  r.data_ok = pw.data_ok();
+  r.retransmits = A.eng->counter(Ctr::ReqRetransmits);
+  r.timeouts = A.eng->counter(Ctr::AckTimeouts);
+  (void)qb;
+  return r;
+}
+}  // namespace
+
+TEST_CASE("window: DCQCN's window_ns bounds a limited QP's packets in flight by its rate") {
+  const Flight on = rate_window(100'000);
+  const Flight off = rate_window(0);
+  INFO("in flight at the floor: " << on.max_inflight_limited << " with window_ns, " << off.max_inflight_limited
+                                   << " without");
+  CHECK(on.data_ok);
+  CHECK(on.retransmits == 0);
+  CHECK(on.timeouts == 0);  // the packet that fills the bounded window asks for the ACK
+  CHECK(on.max_inflight_limited > 0);
+  CHECK(on.max_inflight_limited <= 12);  // 11, and one more with AckReq after a cut (requester.cc)
+  CHECK(off.data_ok);
+  CHECK(off.max_inflight_limited >= 20);  // the pacer alone: 55 (23 in the round trip, and AckReq every 32)
 }
 
 TEST_CASE("window: initial_inflight_pkts is ignored with a fixed window and capped at the maximum") {
