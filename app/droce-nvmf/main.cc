@@ -76,8 +76,8 @@ int main(int argc, char** argv) {
   app.add_option("--fault-drop", o.f_drop_rx, "drop this fraction of received frames")->check(CLI::Range(0.0, 1.0));
   app.add_option("--fault-tx-drop", o.f_drop_tx, "drop this fraction of sent frames")->check(CLI::Range(0.0, 1.0));
   app.add_option("--tail-timeout-us", o.tail_timeout_us,
-                 "resend a lost tail (at most 3 packets unacknowledged) after this instead of the ACK timeout the host's "
-                 "CM asked for (2.1 s from Linux); 0: off (lib/transport/README.md, Tail losses)")
+                 "after this long without progress resend the last packet as a probe instead of waiting for the ACK "
+                 "timeout the host's CM asked for (2.1 s from Linux); 0: off (lib/transport/README.md, Tail losses)")
       ->check(CLI::Range(0u, 10'000'000u));
   app.add_option("--control", o.control,
                  "control socket: counters at run time (droce-ctl -s SOCKET nvmf; lib/nvmf/README.md)");

@@ -1273,7 +1273,7 @@ int main(int argc, char** argv) {
                  "packets a QP may have in flight when it starts (slow start up to --window); 0: --window")
       ->check(CLI::Range(0, 65536));
   app.add_option("--tail-timeout-us", o.tail_timeout_us,
-                 "resend a lost tail (at most 3 packets unacknowledged) after this (and 3x, 7x, 15x) instead of the ACK timeout (0: off)")
+                 "after this long without progress resend the last packet as a probe (and after 3x, 7x, 15x) instead of waiting for the ACK timeout (0: off)")
       ->check(CLI::Range(0u, 10'000'000u));
   app.add_option("--zero-copy-min", o.zero_copy_min,
                  "payloads of at least this many bytes from hugepage MRs are sent by reference (0: always copy)");

@@ -152,9 +152,9 @@ struct RoceConfig {
   // transport::EngineConfig::initial_inflight_pkts).
   uint32_t window = 64;
   uint32_t initial_window = 0;
-  // A lost tail resent after this instead of the local ACK timeout (us; 0:
-  // off; transport::EngineConfig::tail_timeout_ns: at most 3 packets
-  // unacknowledged, again after 3x, 7x and 15x).
+  // A tail-loss probe (the last packet sent, again) after this long without
+  // progress instead of waiting for the local ACK timeout (us; 0: off;
+  // transport::EngineConfig::tail_timeout_ns).
   uint32_t tail_timeout_us = 0;
   // Selective repeat between droce peers (lib/transport/README.md): off by
   // default; the peers known to run it, as 16-byte GIDs (IPv4 ones IPv4-mapped).

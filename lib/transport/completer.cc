@@ -133,18 +133,7 @@ uint32_t ack_through(Engine& e, Qp& q, uint32_t last) noexcept {
 uint64_t tail_deadline(const EngineConfig& c, const Qp& q) noexcept {
   if (c.tail_timeout_ns == 0 || q.comp.tails >= kMaxTailResends || q.comp.deadline == 0 || q.comp.rnr_wait)
     return 0;
-  const int32_t out = wire::psn_diff(q.req.next_new_psn, q.comp.psn);
-  if (out <= 0) return 0;
-  if (static_cast<uint32_t>(out) > c.tail_pkts) {
-    // More PSNs than that: a tail only if they all belong to one READ or
-    // atomic, the oldest WQE not done (a lost request, or the last responses).
-    const SendWqe* w = nullptr;
-    for (uint32_t i = q.sq.tail; i != q.sq.head && !w; ++i)
-      if (q.sq.at(i).state != WqeState::Done) w = &q.sq.at(i);
-    if (!w || w->state == WqeState::Posted || !is_rd_atomic(w->wr.opcode) ||
-        psn_add(w->last_psn, 1) != q.req.next_new_psn)
-      return 0;
-  }
+  if (!wire::psn_lt(q.comp.psn, q.req.next_new_psn)) return 0;  // nothing unacknowledged
   const uint64_t to = verbs::ack_timeout_ns(q.attr.timeout);
   const uint64_t after = c.tail_timeout_ns * ((uint64_t{2} << q.comp.tails) - 1);
   return after < to ? q.comp.deadline - to + after : 0;
@@ -509,16 +498,19 @@ void completer_timer(Engine& e, Qp& q, uint64_t now) noexcept {
     return;
   }
   if (now < q.comp.deadline) {
-    // The tail-loss resend (EngineConfig::tail_timeout_ns): the few packets
-    // still unacknowledged go again, without spending a retry and leaving
-    // the ACK deadline where it was (a silent peer fails when it did before).
+    // The tail-loss probe (EngineConfig::tail_timeout_ns): the last packet
+    // sent goes again, without spending a retry, cutting the window or
+    // moving the ACK deadline (a silent peer fails when it did before). The
+    // responder ACKs it as a duplicate when it had everything (the ACK was
+    // lost), takes it when it was the one lost, or NAKs it when earlier ones
+    // were: each ends in the usual ACK or go-back-N.
     const uint64_t t = tail_deadline(e.config(), q);
     if (t == 0 || now < t || !wqe_at(q, q.comp.psn)) return;
-    if (q.comp.tails++ == 0) window_cut(e, q, false);
+    ++q.comp.tails;
     e.count(Ctr::TailRetransmits);
     q.comp.last_retry_psn = 0xFFFFFFFF;
     const uint64_t deadline = q.comp.deadline;
-    requester_rewind(e, q, q.comp.psn);
+    requester_rewind(e, q, psn_add(q.req.next_new_psn, wire::kMask24));  // the last PSN sent
     q.comp.deadline = deadline;
     e.timer_arm(q);
     return;

@@ -595,7 +595,8 @@ bool Engine::emit_copy(const wire::TxTemplate& t, const wire::PacketFields& f, c
   }
   std::memcpy(p + hdr, src, len);
   std::memset(p + hdr + len, 0, pad);
-  wire::icrc_store(p + body_end, wire::icrc_compute({p + t.l2_len, body_end - t.l2_len}, t.l3_len, t.ipv6));
+  // The ICRC is left for flush_tx, with the batch's others (finish_icrcs).
+  icrc_pend_[icrc_pend_len_++] = {p + t.l2_len, static_cast<uint32_t>(body_end - t.l2_len), t.l3_len, t.ipv6};
   b->len = static_cast<uint32_t>(body_end + wire::kIcrcSize);
   tx_[tx_len_++] = b;
   count(Ctr::TxFrames);
@@ -633,8 +634,17 @@ void Engine::end_frame_with(uint8_t* dst, const uint8_t* src, void* dma) noexcep
   end_frame();
 }
 
+void Engine::finish_icrcs() noexcept {
+  uint32_t icrc[kBurst];
+  wire::icrc_compute_burst(icrc_pend_, icrc_pend_len_, icrc);
+  for (uint16_t k = 0; k < icrc_pend_len_; ++k)
+    wire::icrc_store(const_cast<uint8_t*>(icrc_pend_[k].l3) + icrc_pend_[k].len, icrc[k]);  // our TX buffer
+  icrc_pend_len_ = 0;
+}
+
 void Engine::flush_tx() noexcept {
   if (tx_len_ == 0) return;
+  if (icrc_pend_len_) finish_icrcs();
   const uint16_t sent = io_.tx_burst(tx_, tx_len_);
   if (sent < tx_len_) {
     std::memmove(tx_, tx_ + sent, (tx_len_ - sent) * sizeof(tx_[0]));

@@ -17,6 +17,7 @@
 
 #include "io/packet_io.h"
 #include "transport/qp.h"
+#include "wire/icrc.h"
 #include "verbs/mr.h"
 #include "verbs/mw.h"
 #include "verbs/queues.h"
@@ -141,20 +142,19 @@ struct EngineConfig {
   // window (min >= max).
   uint32_t initial_inflight_pkts = 0;
   uint32_t ack_req_every = 32;        // AckReq at least every N packets of a long message
-  // Tail-loss timeout (IRN's RTO_low, Mittal et al. 2018): an RC QP with at
-  // most tail_pkts PSNs (or one READ/atomic) unacknowledged and no acknowledgment for
-  // tail_timeout_ns resends them (go-back-N from the oldest, as after an ACK
-  // timeout, but without spending retry_cnt, with the window halved, not
-  // dropped, and the ACK deadline left where it was), again after 3x, 7x and
-  // 15x that if still nothing came back (tail_deadline): a lost last packet
-  // of a burst, which no later packet can reveal by a NAK, costs this instead
-  // of the local ACK timeout (4.096 us x 2^timeout; 2.1 s for the timeout of
-  // 19 Linux's RDMA CM asks for on RoCE). The responder answers a duplicate
-  // as IBTA 9.7.5.1.2 says (an ACK, a READ re-executed), so a resend that was
-  // not needed costs only its frames. 0: off (only the ACK timeout); resends
-  // that would fall at or after the ACK deadline are not made.
+  // Tail-loss probe (TCP's TLP, RFC 8985; IRN's short RTO_low, Mittal et
+  // al. 2018): an RC QP with packets unacknowledged and no acknowledgment for
+  // tail_timeout_ns resends its last packet sent, again after 3x, 7x and 15x
+  // that while nothing comes back (tail_deadline), without spending
+  // retry_cnt, cutting the window or moving the ACK deadline. A lost last
+  // packet of a burst or its lost ACK, which no later packet can reveal by a
+  // NAK, then costs this instead of the local ACK timeout (4.096 us x
+  // 2^timeout; 2.1 s for the timeout of 19 Linux's RDMA CM asks for on RoCE):
+  // the responder ACKs the probe as a duplicate (IBTA 9.7.5.1.2) when it had
+  // everything, takes it when it was the one lost, or NAKs it when earlier
+  // ones were. A probe that was not needed costs one frame. 0: off (only the
+  // ACK timeout); probes that would fall at or after the ACK deadline are not sent.
   uint64_t tail_timeout_ns = 0;
-  uint32_t tail_pkts = 3;
   uint32_t pkts_per_turn = 32;        // requester packets per QP before moving on (fairness)
   // ECN. Reaction side: data packets (requests and responses) leave ECT(0)
   // when `ecn` is set, Not-ECT otherwise (a switch then never marks them).
@@ -416,6 +416,12 @@ class Engine {
   uint16_t spare_len_ = 0;
   io::PktBuf* tx_[kBurst]{};
   uint16_t tx_len_ = 0;
+  // Frames of the TX batch built by emit_copy whose ICRC is still to be
+  // computed: flush_tx computes them for the batch at once (see
+  // wire::icrc_compute_burst) just before the batch leaves.
+  wire::IcrcPkt icrc_pend_[kBurst]{};
+  uint16_t icrc_pend_len_ = 0;
+  void finish_icrcs() noexcept;
   io::PktBuf* cur_ = nullptr;  // frame between begin_frame and end_frame
   wire::FrameShape cur_shape_;
   uint32_t cur_plen_ = 0;
@@ -448,13 +454,11 @@ void completer_rx(Engine& e, Qp& qp, const wire::PacketView& pkt) noexcept;
 void completer_timer(Engine& e, Qp& qp, uint64_t now) noexcept;
 void completer_retire(Engine& e, Qp& qp) noexcept;
 
-// When an RC QP's next tail-loss resend is due (EngineConfig::tail_timeout_ns):
+// When an RC QP's next tail-loss probe is due (EngineConfig::tail_timeout_ns):
 // T, 3T, 7T and 15T after its last progress (T = tail_timeout_ns; the
 // progress time is the ACK deadline minus the ACK timeout, the deadline the
-// resends leave as it is), while 1..tail_pkts PSNs are unacknowledged, or all
-// that is unacknowledged is one READ or atomic (one request packet, however
-// many response PSNs), and before the ACK deadline; 0 when none is.
-// (completer.cc)
+// probes leave as it is) while anything is unacknowledged, and before the
+// ACK deadline; 0 when none is. (completer.cc)
 constexpr uint8_t kMaxTailResends = 4;
 uint64_t tail_deadline(const EngineConfig& c, const Qp& q) noexcept;
 

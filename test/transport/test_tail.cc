@@ -1,8 +1,8 @@
-// The tail-loss resend (EngineConfig::tail_timeout_ns, IRN's RTO_low): a
-// lost last packet, which no later packet reveals by a NAK, is resent after
-// tail_timeout_ns instead of the local ACK timeout (again after 3x, 7x, 15x),
-// without spending retry_cnt or moving the ACK deadline; never with more than
-// tail_pkts packets unacknowledged.
+// The tail-loss probe (EngineConfig::tail_timeout_ns; TCP's TLP, IRN's
+// RTO_low): after tail_timeout_ns without progress the last packet sent goes
+// again (and after 3x, 7x, 15x), without spending retry_cnt or moving the ACK
+// deadline: a lost tail or a lost ACK, which no later packet reveals by a
+// NAK, costs that instead of the local ACK timeout.
 #include "harness.h"
 
 using namespace droce;
@@ -93,17 +93,19 @@ TEST_CASE("tail: a lost ACK makes a resend the responder answers as a duplicate"
   CHECK(pw.data_ok());
 }
 
-TEST_CASE("tail: more than tail_pkts packets lost wait for the ACK timeout") {
+TEST_CASE("tail: a whole lost WRITE of 8 packets: the probe (its last) draws a NAK, go-back-N does the rest") {
   Pair p(kTail);
   const auto [took, status, data_ok] = p.write_with_lost_frames(8 * 1024);  // 8 packets at MTU 1024
   CHECK(status == WcStatus::Success);
   CHECK(data_ok);
-  CHECK(took >= ack_timeout_ns(kTimeout));
-  CHECK(p.A.eng->counter(Ctr::TailRetransmits) == 0);
-  CHECK(p.A.eng->counter(Ctr::AckTimeouts) == 1);
+  CHECK(took >= kTail);
+  CHECK(took < 2 * kTail);
+  CHECK(p.A.eng->counter(Ctr::TailRetransmits) == 1);
+  CHECK(p.A.eng->counter(Ctr::SeqNakReceived) == 1);
+  CHECK(p.A.eng->counter(Ctr::AckTimeouts) == 0);
 }
 
-TEST_CASE("tail: a lost READ request is a tail however many response PSNs it covers") {
+TEST_CASE("tail: a lost READ request (8 response PSNs): the probe asks for the last, the NAK for the rest") {
   for (uint64_t tail : {uint64_t{0}, kTail}) {
     CAPTURE(tail);
     Pair p(tail);
