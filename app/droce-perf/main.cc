@@ -298,6 +298,8 @@ void setup_side(Side& s, engine::Embedded& node, const Params& p, uint8_t timeou
     o.psn = (0x1000u * (i + 1) + 7) & 0xFFFFFF;
     o.timeout = timeout;
     o.min_rnr_timer = 1;
+    if (p.verb == Verb::Read || p.verb == Verb::Atomic)  // as perftest: the device's maximum (-o)
+      o.max_rd_atomic = o.max_dest_rd_atomic = static_cast<uint8_t>(std::min<uint32_t>(p.depth, verbs::kMaxRdAtomic));
     q.h = node.create_qp(s.pd, o);
     const size_t bytes = size_t{s.slots} * s.slot_size;
     q.buf = static_cast<uint8_t*>(node.alloc_dma(bytes));
@@ -937,7 +939,7 @@ Params params_from(const Opts& o) {
     throw std::runtime_error("-c UC does not support READ or atomics");
   p.qps = p.lat ? 1 : o.qps;
   p.depth = p.lat ? 2 : o.depth;
-  // READs and atomics beyond the responder's resources (max_dest_rd_atomic 16)
+  // READs and atomics beyond the responder's resources (max_dest_rd_atomic, at most 128)
   // only wait in the send queue; keeping more outstanding just makes a slow
   // link's ACK timer fire on requests the responder has not started.
   if (p.verb == Verb::Read && p.depth > verbs::kMaxRdAtomic) p.depth = verbs::kMaxRdAtomic;

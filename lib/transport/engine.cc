@@ -278,6 +278,10 @@ bool Engine::reserve_resp_resources(Qp& q, const verbs::QpAttr& attr, uint32_t m
   if (n <= q.resp.res_cap) return true;
   std::unique_ptr<RespResource[]> grown(new (std::nothrow) RespResource[n]);
   if (!grown) return false;
+  if (!q.resp.emit_q) {
+    q.resp.emit_q.reset(new (std::nothrow) uint8_t[verbs::kMaxRdAtomic]);
+    if (!q.resp.emit_q) return false;
+  }
   for (uint32_t i = 0; i < q.resp.res_cap; ++i) grown[i] = q.resp.res[i];
   q.resp.res = std::move(grown);
   q.resp.res_cap = n;
@@ -286,10 +290,12 @@ bool Engine::reserve_resp_resources(Qp& q, const verbs::QpAttr& attr, uint32_t m
 
 void Engine::clear_resp(RespState& r) noexcept {
   std::unique_ptr<RespResource[]> res = std::move(r.res);
+  std::unique_ptr<uint8_t[]> emit_q = std::move(r.emit_q);
   const uint32_t cap = r.res_cap;
   r = RespState{};
   for (uint32_t i = 0; i < cap; ++i) res[i] = RespResource{};
   r.res = std::move(res);
+  r.emit_q = std::move(emit_q);
   r.res_cap = cap;
 }
 

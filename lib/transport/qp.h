@@ -132,7 +132,8 @@ struct RespState {
   std::unique_ptr<RespResource[]> res;
   uint32_t res_cap = 0;                   // entries in res (>= max_dest_rd_atomic from RTR on)
   uint32_t res_next = 0;                  // slot the next READ/atomic takes
-  uint8_t emit_q[verbs::kMaxRdAtomic]{};  // resource indexes waiting to send, FIFO
+  // Resource indexes waiting to send, FIFO (kMaxRdAtomic entries, allocated with res).
+  std::unique_ptr<uint8_t[]> emit_q;
   uint32_t emit_head = 0, emit_tail = 0;
   // Selective repeat (the bitmap itself is in Qp::sr): PSNs held ahead of psn,
   // whether a SACK is owed, a marked go-back NAK sent for psn, the pending NAK marked.

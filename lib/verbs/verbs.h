@@ -123,7 +123,7 @@ enum QpAttrMask : uint32_t {
 // Limits of this device (ibv_device_attr).
 inline constexpr uint32_t kMaxSge = 8;  // = DROCE_SHM_MAX_SGE; UCX asks 5 (RC) and 6 (UD)
 inline constexpr uint32_t kMaxInline = 256;
-inline constexpr uint32_t kMaxRdAtomic = 16;
+inline constexpr uint32_t kMaxRdAtomic = 128;  // READs/atomics in flight per QP, each way (rxe: 128)
 inline constexpr uint32_t kMaxMsgSize = 1u << 31;  // 2 GiB
 inline constexpr uint32_t kGrhBytes = 40;
 

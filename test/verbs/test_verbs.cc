@@ -153,7 +153,7 @@ TEST_CASE("QP state machine: modify_qp checks per transition and type", "[verbs]
   a.path_mtu = static_cast<Mtu>(6);
   CHECK(qp.check_modify(a, rtr) == EINVAL);  // MTU out of range
   a.path_mtu = Mtu::M256;
-  a.max_dest_rd_atomic = 17;
+  a.max_dest_rd_atomic = kMaxRdAtomic + 1;
   CHECK(qp.check_modify(a, rtr) == EINVAL);
   a.max_dest_rd_atomic = 4;
   a.dest_qp_num = 1u << 24;
