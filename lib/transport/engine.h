@@ -462,7 +462,8 @@ void completer_retire(Engine& e, Qp& qp) noexcept;
 constexpr uint8_t kMaxTailResends = 4;
 uint64_t tail_deadline(const EngineConfig& c, const Qp& q) noexcept;
 
-// Helpers shared by the modules (engine.cc).
+// Helpers shared by the modules: wc_opcode_of (engine.cc), the SGE list
+// access below (sge.cc).
 verbs::WcOpcode wc_opcode_of(verbs::WrOpcode op) noexcept;
 // The bytes [off, off+len) of a WQE's SGE list when they lie in one SGE: their
 // address and the MR's zero-copy handle (dma). nullptr otherwise (inline data,
