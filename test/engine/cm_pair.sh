@@ -57,13 +57,42 @@ else
   echo "$out" | grep -v '^ok ' | sed 's/^/       /'
 fi
 
+# cm_ctr NODE NAME: RDMA CM counter NAME of node NODE, summed over its devices.
+cm_ctr() {
+  "$CTL" -s "$T/$1-ctl.sock" --json cm 2>/dev/null | python3 -c '
+import json, sys
+print(sum(d["counters"].get(sys.argv[1], 0) for d in json.load(sys.stdin).get("devices", {}).values()))' "$2" 2>/dev/null || echo 0
+}
+
 # pair NAME SERVER... -- CLIENT...: the server through node a, the client
 # through node b, started once `droce-ctl cm` on node a lists a listener;
 # the client is still retried (bounded) while its connection is refused (REJ, or for UD a SIDR_REP
 # "no listener": UNREACHABLE) and the server still runs. A refused connection
 # never reaches the server program, so each client makes one connection.
 # Outputs in $T/NAME.{s,c}; sets src/crc.
+#
+# A program that opens a second connection to the same port after a first
+# exchange (perftest -R: its control connection, then the test QPs) races its
+# server: if the client's second REQ arrives before the server listens again
+# (the server is late: a loaded CPU, or a lost ACK holding its last send for
+# the ACK timeout), node a answers REJ "invalid service ID", as Linux does.
+# perftest 4.5-0.17 then redoes its control connection, which lands on the
+# server's new listener as a test QP: its first SEND meets a QP with no
+# receive posted and gets RNR NAKs until the run times out (seen 2 times in 90
+# runs under 1% loss, and once in a CI run without loss). Such a run (a failed
+# client while node a counted a REJ for no listener) is started again, at most
+# twice; every other failure counts.
 pair() {
+  local n0 try
+  for try in 1 2 3; do
+    n0=$(cm_ctr a rej_no_listener)
+    pair_once "$@"
+    [ "$crc" -eq 0 ] && [ "$src" -eq 0 ] && return
+    [ "$(cm_ctr a rej_no_listener)" -gt "$n0" ] || return
+    echo "     $1: the client's REQ came before the server listened again (REJ no listener); run again ($try)"
+  done
+}
+pair_once() {
   local name=$1 srv=() cli=()
   shift
   while [ "$1" != -- ]; do srv+=("$1"); shift; done
@@ -103,9 +132,29 @@ pair() {
   wait "$sp"
   src=$?
 }
-show() {  # show NAME: the tails of both outputs
+# ctr NODE NAME: the sum of transport counter NAME over node NODE's cores.
+ctr() {
+  "$CTL" -s "$T/$1-ctl.sock" --json counters 2>/dev/null | python3 -c '
+import json, sys
+print(sum(v for g in json.load(sys.stdin)["groups"] if g["group"] == "transport"
+          for i in g["instances"] for k, v in zip(g["names"], i["values"]) if k == sys.argv[1]))' "$2" 2>/dev/null
+}
+show() {  # show NAME: the tails of both outputs, and each node's non-zero error counters
   echo "       --- server"; tail -n 8 "$T/$1.s" | sed 's/^/       /'
   echo "       --- client"; tail -n 8 "$T/$1.c" | sed 's/^/       /'
+  local n
+  for n in a b; do
+    echo "       --- node $n: $("$CTL" -s "$T/$n-ctl.sock" --json counters 2>/dev/null | python3 -c '
+import json, re, sys
+bad = re.compile("timeout|retry|retransmit|nak|err|drop|no_qp|ghost|lost|bad")
+t = {}
+for g in json.load(sys.stdin)["groups"]:
+    if g["group"] in ("transport", "port"):
+        for i in g["instances"]:
+            for k, v in zip(g["names"], i["values"]):
+                if v and bad.search(k): t[k] = t.get(k, 0) + v
+print(" ".join(f"{k}={v}" for k, v in sorted(t.items())))' 2>/dev/null)"
+  done
 }
 
 # rping: 20 RDMA READ/WRITE ping-pongs with the payload checked (-V) by the
@@ -225,7 +274,7 @@ done
 perf() {  # perf NAME DESCRIPTION ARGS...
   local name=$1 what=$2
   shift 2
-  pair "$name" "$@" -- "$@" "$A"
+  PAIR_CLIENT_SECS=30 pair "$name" "$@" -- "$@" "$A"
   if [ "$crc" -eq 0 ] && [ "$src" -eq 0 ] && grep -qE '^ +[0-9]+ +[0-9]+ ' "$T/$name.c"; then
     ok "$what: $(grep -E '^ +[0-9]+ +[0-9]+ ' "$T/$name.c" | tail -n 1 | tr -s ' ')"
   else
@@ -338,7 +387,31 @@ if set_loss 0.01; then
   else
     bad "rping under loss: client rc $crc ($nc pings), server rc $src"; show rping_loss
   fi
-  perf wbw_loss "ib_write_bw -R under 1% loss on both nodes" ib_write_bw -R -n 200
+  # perftest's teardown is not loss-proof: each side's last SEND of the final
+  # handshake completes only with its ACK, but the other side destroys its QP
+  # as soon as it has what it waited for. When that ACK is lost (~2% here),
+  # the sender retries into a QPN that no longer exists and ends with
+  # RETRY_EXC after the test itself is done, on any fabric (seen 6 times in
+  # 90 runs: the server's last SEND 4 times, the client's 2). That case is told
+  # apart from a failure by its trace: both sides printed their results, the
+  # failed side's only error is that last send, and the other node dropped
+  # its retries for want of a QP.
+  local_nq_a=$(ctr a rx_no_qp) local_nq_b=$(ctr b rx_no_qp)
+  PAIR_CLIENT_SECS=30 pair wbw_loss ib_write_bw -R -n 200 -- ib_write_bw -R -n 200 "$A"
+  res=$(grep -E '^ +[0-9]+ +[0-9]+ ' "$T/wbw_loss.c" | tail -n 1 | sed 's/[[:space:]]*Bad wc.*//' | tr -s ' ')
+  last_send_lost() {  # last_send_lost FILE NODE NQ0: FILE's only error is its last send, NODE dropped its retries
+    grep -qE '^ +[0-9]+ +[0-9]+ ' "$1" && [ "$(grep -c 'Bad wc status' "$1")" = 1 ] &&
+      grep -q 'Bad wc status 12' "$1" && grep -q 'Failed to close connection' "$1" &&
+      [ "$(( $(ctr "$2" rx_no_qp) - $3 ))" -gt 0 ]
+  }
+  if [ "$crc" -eq 0 ] && [ "$src" -eq 0 ] && [ -n "$res" ]; then
+    ok "ib_write_bw -R under 1% loss on both nodes: $res"
+  elif [ -n "$res" ] && { { [ "$crc" -eq 0 ] && [ "$src" -eq 1 ] && last_send_lost "$T/wbw_loss.s" b "$local_nq_b"; } ||
+                          { [ "$crc" -eq 1 ] && [ "$src" -eq 0 ] && last_send_lost "$T/wbw_loss.c" a "$local_nq_a"; }; }; then
+    ok "ib_write_bw -R under 1% loss on both nodes: $res (the $([ "$src" -eq 1 ] && echo server || echo client)'s last handshake SEND lost its ACK after its peer had gone: RETRY_EXC after the test, perftest's teardown)"
+  else
+    bad "ib_write_bw -R under 1% loss: client rc $crc, server rc $src"; show wbw_loss
+  fi
   echo "     CM retries under loss: $(( $(cm_retries) - r0 ))"
   set_loss 0
 else
