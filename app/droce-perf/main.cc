@@ -1,7 +1,9 @@
 // droce-perf: perftest-like benchmark between two droce nodes. Each side runs
 // its own embedded droce node (lib/engine/embed.h) on a DPDK port; the two
 // exchange QPN / PSN / rkey / address over TCP (port 18515, as perftest) and
-// run send/write/read/atomic x bw/lat with the data verified.
+// run send/write/read/atomic x bw/lat with the data verified. Bandwidth tests
+// take up to 65536 QPs (-q), the work requests in flight (-t) shared out over
+// them.
 // raw_ethernet_lat: frames echoed through the same port with no transport,
 // the latency baseline (test/bench/bench_dataplane.sh prints the ratio).
 //
@@ -59,6 +61,7 @@ struct Opts {
   std::string conn = "RC";
   uint32_t gid_index = 1;
   uint32_t depth = 128;
+  bool depth_per_qp = false;  // -t per QP (perftest's meaning) instead of shared out over the QPs
   uint16_t tcp_port = 18515;
   bool gbits = false;
   uint16_t queues = 1;
@@ -108,55 +111,78 @@ bool check(const uint8_t* p, uint32_t size, uint64_t t, uint8_t* scratch) {
 }
 
 // ---------------------------------------------------------------- TCP exchange
+// Fixed-size messages (kMsg bytes on the wire, zero-padded): hello, start,
+// ready, result, bye, and the head of done. Variable-length ones, a header
+// that says how many entries follow, then the entries:
+//   QP list (each way once, after the hello): QpListHdr, then n QpEntry;
+//   done (client -> server after each size): Msg{kDone, qps = n}, then n
+//   uint64_t, each QP's messages completed.
+// Both sides run the same binary: the structs go as they are in memory.
 constexpr uint32_t kMsg = 1024;
+constexpr uint32_t kMaxQps = 65536;  // -q (issue 12: 64K active QPs)
 enum MsgType : uint32_t { kHello = 1, kQps, kStart, kReady, kDone, kResult, kBye };
 struct Msg {
   uint32_t type = 0;
   uint32_t verb = 0, qptype = 0, qps = 0, depth = 0, mtu = 0, max_size = 0, lat = 0;
   uint32_t size = 0, ok = 0;
   uint64_t iters = 0, errors = 0;
-  uint64_t count[32] = {};  // per QP messages completed
   char atomic_op[16] = {};
 };
 static_assert(sizeof(Msg) <= kMsg);
-struct QpMsg {
+struct QpListHdr {
   uint32_t type = kQps;
-  uint32_t n = 0;
-  struct {
-    uint32_t qpn, psn, rkey;
-    uint64_t vaddr;
-    uint8_t gid[16];
-    uint8_t mac[6];
-  } q[16];
+  uint32_t n = 0;        // QpEntry that follow; 0 with error set: the sender could not set its QPs up
+  uint8_t gid[16] = {};  // every QP's (one node, one GID)
+  uint8_t mac[6] = {};
+  char error[98] = {};
 };
-static_assert(sizeof(QpMsg) <= kMsg);
+static_assert(sizeof(QpListHdr) == 128);
+struct QpEntry {
+  uint32_t qpn = 0, psn = 0, rkey = 0, pad = 0;
+  uint64_t vaddr = 0;  // the QP's buffer (slots x slot size)
+};
+static_assert(sizeof(QpEntry) == 24);
 
-void send_all(int fd, const void* p, size_t n) {
+// Writes n bytes, waiting (100 ms at a time) up to timeout_s for the peer to take them.
+void send_bytes(int fd, const void* p, size_t n, double timeout_s = 120) {
   const auto* c = static_cast<const uint8_t*>(p);
-  uint8_t buf[kMsg] = {};
-  std::memcpy(buf, c, std::min<size_t>(n, kMsg));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
   size_t off = 0;
-  while (off < kMsg) {
-    ssize_t k = ::send(fd, buf + off, kMsg - off, MSG_NOSIGNAL);
-    if (k <= 0) throw std::runtime_error("tcp: peer went away (send)");
-    off += static_cast<size_t>(k);
+  while (off < n) {
+    const ssize_t k = ::send(fd, c + off, n - off, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (k > 0) {
+      off += static_cast<size_t>(k);
+      continue;
+    }
+    if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+      throw std::runtime_error("tcp: peer went away (send)");
+    if (std::chrono::steady_clock::now() > deadline) throw std::runtime_error("tcp: timed out sending to the peer");
+    pollfd pf{fd, POLLOUT, 0};
+    if (::poll(&pf, 1, 100) < 0 && errno != EINTR) throw std::runtime_error("tcp: poll failed (send)");
   }
 }
-// Reads one message; with poll_fn, keeps polling the dataplane while waiting.
+// One fixed-size message.
+void send_all(int fd, const void* p, size_t n) {
+  uint8_t buf[kMsg] = {};
+  std::memcpy(buf, p, std::min<size_t>(n, kMsg));
+  send_bytes(fd, buf, kMsg);
+}
+// Reads exactly n bytes, up to timeout_s; with poll_fn, keeps polling the
+// dataplane while waiting.
 template <class F>
-void recv_msg(int fd, void* out, size_t n, F&& poll_fn, double timeout_s = 120) {
-  uint8_t buf[kMsg];
+void recv_bytes(int fd, void* out, size_t n, F&& poll_fn, double timeout_s) {
+  auto* buf = static_cast<uint8_t*>(out);
   size_t off = 0;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
   uint32_t spins = 0;
-  while (off < kMsg) {
-    ssize_t k = ::recv(fd, buf + off, kMsg - off, MSG_DONTWAIT);
+  while (off < n) {
+    ssize_t k = ::recv(fd, buf + off, n - off, MSG_DONTWAIT);
     if (k == 0) throw std::runtime_error("tcp: peer closed the connection");
     if (k > 0) {
       off += static_cast<size_t>(k);
       continue;
     }
-    if (errno != EAGAIN && errno != EWOULDBLOCK) throw std::runtime_error("tcp: recv failed");
+    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) throw std::runtime_error("tcp: recv failed");
     // Poll for 200 us between two looks at the socket: a recv() is a system
     // call (1-2 us in a VM), and a frame that arrives meanwhile waits for it,
     // which a server in a latency test must not add (perftest's does not).
@@ -167,7 +193,22 @@ void recv_msg(int fd, void* out, size_t n, F&& poll_fn, double timeout_s = 120) 
     if ((++spins & 63) == 0 && std::chrono::steady_clock::now() > deadline)
       throw std::runtime_error("tcp: timed out waiting for the peer");
   }
+}
+// One fixed-size message.
+template <class F>
+void recv_msg(int fd, void* out, size_t n, F&& poll_fn, double timeout_s = 120) {
+  uint8_t buf[kMsg];
+  recv_bytes(fd, buf, kMsg, poll_fn, timeout_s);
   std::memcpy(out, buf, n);
+}
+// Tells the peer, in place of our QP list, why we have none.
+void send_qp_error(int fd, const std::string& what) {
+  QpListHdr h;
+  std::snprintf(h.error, sizeof h.error, "%s", what.c_str());
+  try {
+    send_bytes(fd, &h, sizeof h, 5);
+  } catch (const std::exception&) {
+  }
 }
 
 int tcp_listen(uint16_t port) {
@@ -224,10 +265,24 @@ void wait_peer_closed(int fd, double timeout_s) {
 }
 
 // ---------------------------------------------------------------- the node side
+// Memory (issue 12 wants 64K QPs in one node): the message buffers of all
+// QPs are one hugepage block with one MR, at most kBufferBudget per side
+// (the machine's 512 x 2 MiB pages serve both processes and their mbuf
+// pools); each QP has max(2, its depth) slots of the message size rounded up
+// to 64 bytes (64 B WRITEs over 65536 QPs: 8 MiB). Its send queue is as deep
+// as its share of the tx depth (at least 2 entries), its receive queue as
+// deep as its slots for SEND tests and 1 otherwise, and the QPs of a loop
+// share one send and one receive CQ, so a QP costs a few KB of heap
+// (kMaxQueueEntries bounds the send queues of all QPs together).
+constexpr size_t kBufferBudget = size_t{256} << 20;
+constexpr uint64_t kMaxQueueEntries = uint64_t{1} << 20;
+
 struct Side {
   engine::Embedded* node = nullptr;
   uint32_t pd = 0;
   uint32_t slots = 0, slot_size = 0;  // per QP
+  uint8_t* mem = nullptr;             // every QP's slots, one MR
+  uint32_t key = 0;
   struct Q {
     engine::QpHandle h;
     uint8_t* buf = nullptr;  // slots * slot_size
@@ -237,7 +292,9 @@ struct Side {
     verbs::Ah ah;            // UD
     uint32_t rqpn = 0;
   };
-  std::vector<Q> q;
+  std::vector<Q> q;                   // never resized once set up (UD WRs point at q[i].ah)
+  std::vector<verbs::Cq*> scq, rcq;   // per loop, shared by its QPs (QP i lives on loop i % loops)
+  std::vector<uint32_t> index;        // QPN -> index in q (a completion names its QP by QPN)
   std::vector<uint8_t> scratch;
   uint64_t errors = 0;
 };
@@ -254,10 +311,41 @@ struct Params {
   Verb verb = Verb::Write;
   QpType type = QpType::RC;
   bool lat = false;
-  uint32_t qps = 1, depth = 128, mtu = 1024, max_size = 65536;
-  uint32_t cq_mod = 1;  // client side only
+  uint32_t qps = 1, mtu = 1024, max_size = 65536;
+  uint32_t depth = 128;   // work requests in flight per QP (its share of the tx depth)
+  uint64_t total = 128;   // client: work requests in flight in all
+  uint32_t cq_mod = 1;    // client side only
   std::string atomic_op = "FETCH_AND_ADD";
 };
+
+// Both sides lay their buffers out from the same parameters (the hello's).
+struct Layout {
+  uint32_t slot_size = 0, slots = 0;
+  size_t bytes = 0;
+};
+Layout layout_of(const Params& p) {
+  Layout l;
+  const uint32_t grh = p.type == QpType::UD ? verbs::kGrhBytes : 0;
+  l.slot_size = (std::max<uint32_t>(64, p.max_size + grh) + 63) & ~63u;
+  // One slot per outstanding work request, at most 64 MiB per QP and the
+  // budget over all QPs; at least 2 (the latency tests use slots 0 and 1).
+  const uint64_t fit = kBufferBudget / (uint64_t{p.qps} * l.slot_size);
+  l.slots = static_cast<uint32_t>(std::max<uint64_t>(
+      2, std::min<uint64_t>({p.depth, std::max<uint32_t>(2, (64u << 20) / l.slot_size), fit})));
+  l.bytes = size_t{p.qps} * l.slots * l.slot_size;
+  if (l.bytes > kBufferBudget)
+    throw std::runtime_error(std::to_string(p.qps) + " QPs with messages of up to " + std::to_string(p.max_size) +
+                             " bytes need " + std::to_string(l.bytes >> 20) + " MiB of message buffers (2 slots of " +
+                             std::to_string(l.slot_size) + " bytes per QP), more than the " +
+                             std::to_string(kBufferBudget >> 20) + " MiB droce-perf takes per side: use fewer QPs or smaller messages");
+  const uint64_t entries = uint64_t{p.qps} * std::max<uint32_t>(p.depth, 2);
+  if (entries > kMaxQueueEntries)
+    throw std::runtime_error(std::to_string(p.qps) + " QPs with " + std::to_string(p.depth) +
+                             " work requests in flight each need " + std::to_string(entries) +
+                             " send-queue entries in all, more than droce-perf's " + std::to_string(kMaxQueueEntries) +
+                             " (~600 bytes of heap each): lower -t or leave out --tx-depth-per-qp");
+  return l;
+}
 
 // WRITE / SEND bandwidth sources: slot k holds message k (of the whole slot,
 // so of every size: a prefix of a message is the shorter message), written
@@ -282,66 +370,110 @@ verbs::Mtu mtu_enum(uint32_t m) {
 void setup_side(Side& s, engine::Embedded& node, const Params& p, uint8_t timeout) {
   s.node = &node;
   s.pd = node.alloc_pd();
-  const uint32_t grh = p.type == QpType::UD ? verbs::kGrhBytes : 0;
-  s.slot_size = std::max<uint32_t>(64, p.max_size + grh);
-  s.slot_size = (s.slot_size + 63) & ~63u;
-  s.slots = std::max<uint32_t>(2, std::min<uint32_t>(p.depth, std::max<uint32_t>(2, (64u << 20) / s.slot_size)));
+  const Layout l = layout_of(p);
+  s.slot_size = l.slot_size;
+  s.slots = l.slots;
   s.scratch.resize(s.slot_size);
+  s.mem = static_cast<uint8_t*>(node.alloc_dma(l.bytes));
+  if (!s.mem)
+    throw std::runtime_error("no hugepage memory for the message buffers: " + std::to_string((l.bytes + (1 << 20) - 1) >> 20) +
+                             " MiB (" + std::to_string(p.qps) + " QPs x " + std::to_string(s.slots) + " slots x " +
+                             std::to_string(s.slot_size) + " bytes)");
+  std::memset(s.mem, 0, l.bytes);
+  if (int rc = node.reg_mr(s.pd, s.mem, l.bytes, verbs::kAccessAll, &s.key))
+    throw std::runtime_error("reg_mr: errno " + std::to_string(rc));
+  const uint32_t sq = std::max<uint32_t>(p.depth, 2);
+  const uint32_t rq = p.verb == Verb::Send ? s.slots : 1;
+  const uint32_t loops = static_cast<uint32_t>(node.loops());
+  for (uint32_t lp = 0; lp < loops; ++lp) {
+    // A CQ holds what its QPs can have outstanding: each QP's send queue, or its posted receives.
+    const uint64_t nq = (p.qps + loops - 1 - lp) / loops;
+    s.scq.push_back(node.create_cq(static_cast<int>(lp), static_cast<uint32_t>(std::max<uint64_t>(64, nq * sq))));
+    s.rcq.push_back(node.create_cq(static_cast<int>(lp), static_cast<uint32_t>(std::max<uint64_t>(64, nq * rq))));
+  }
+  s.q.resize(p.qps);
   for (uint32_t i = 0; i < p.qps; ++i) {
-    Side::Q q;
+    Side::Q& q = s.q[i];
     engine::QpOptions o;
     o.type = p.type;
-    o.cap.max_send_wr = std::max<uint32_t>(p.depth, 16);
-    o.cap.max_recv_wr = std::max<uint32_t>(p.depth, 16);
-    o.cqe = 4 * std::max<uint32_t>(p.depth, 64);
+    o.cap.max_send_wr = sq;
+    o.cap.max_recv_wr = rq;
+    o.loop = static_cast<int>(i % loops);
+    o.send_cq = s.scq[i % loops];
+    o.recv_cq = s.rcq[i % loops];
     o.mtu = mtu_enum(p.mtu);
     o.psn = (0x1000u * (i + 1) + 7) & 0xFFFFFF;
     o.timeout = timeout;
     o.min_rnr_timer = 1;
     if (p.verb == Verb::Read || p.verb == Verb::Atomic)  // as perftest: the device's maximum (-o)
       o.max_rd_atomic = o.max_dest_rd_atomic = static_cast<uint8_t>(std::min<uint32_t>(p.depth, verbs::kMaxRdAtomic));
-    q.h = node.create_qp(s.pd, o);
-    const size_t bytes = size_t{s.slots} * s.slot_size;
-    q.buf = static_cast<uint8_t*>(node.alloc_dma(bytes));
-    if (!q.buf) throw std::runtime_error("no hugepage memory for the buffers");
-    std::memset(q.buf, 0, bytes);
-    if (int rc = node.reg_mr(s.pd, q.buf, bytes, verbs::kAccessAll, &q.key))
-      throw std::runtime_error("reg_mr: errno " + std::to_string(rc));
-    s.q.push_back(q);
+    try {
+      q.h = node.create_qp(s.pd, o);
+    } catch (const std::exception& e) {
+      throw std::runtime_error("QP " + std::to_string(i + 1) + " of " + std::to_string(p.qps) + ": " + e.what());
+    }
+    q.buf = s.mem + size_t{i} * s.slots * s.slot_size;
+    q.key = s.key;
+    if (q.h.qpn >= s.index.size()) s.index.resize(std::max<size_t>(q.h.qpn + 1, s.index.size() * 2), UINT32_MAX);
+    s.index[q.h.qpn] = i;
   }
 }
 
-QpMsg describe(const Side& s, const engine::Embedded& node, uint32_t gid_index) {
-  QpMsg m;
-  m.n = static_cast<uint32_t>(s.q.size());
+std::vector<QpEntry> describe(const Side& s, const engine::Embedded& node, uint32_t gid_index, QpListHdr& h) {
+  h = QpListHdr{};
+  h.n = static_cast<uint32_t>(s.q.size());
   const wire::Gid gid = node.gid(gid_index);
+  std::memcpy(h.gid, gid.data(), 16);
+  const wire::MacAddr mac = const_cast<engine::Embedded&>(node).port().mac();
+  std::memcpy(h.mac, mac.data(), 6);
+  std::vector<QpEntry> v(s.q.size());
   for (size_t i = 0; i < s.q.size(); ++i) {
-    m.q[i].qpn = s.q[i].h.qpn;
-    m.q[i].psn = s.q[i].h.opt.psn;
-    m.q[i].rkey = s.q[i].key;
-    m.q[i].vaddr = reinterpret_cast<uint64_t>(s.q[i].buf);
-    std::memcpy(m.q[i].gid, gid.data(), 16);
-    const wire::MacAddr mac = const_cast<engine::Embedded&>(node).port().mac();
-    std::memcpy(m.q[i].mac, mac.data(), 6);
+    v[i].qpn = s.q[i].h.qpn;
+    v[i].psn = s.q[i].h.opt.psn;
+    v[i].rkey = s.q[i].key;
+    v[i].vaddr = reinterpret_cast<uint64_t>(s.q[i].buf);
   }
-  return m;
+  return v;
 }
 
-void connect_side(Side& s, engine::Embedded& node, const QpMsg& peer) {
-  if (peer.n != s.q.size()) throw std::runtime_error("peer has a different number of QPs");
+void send_qps(int fd, const QpListHdr& h, const std::vector<QpEntry>& v) {
+  send_bytes(fd, &h, sizeof h);
+  send_bytes(fd, v.data(), v.size() * sizeof(QpEntry));
+}
+
+// The peer's QP list: its header (an error the peer sent instead is thrown)
+// and `want` entries.
+template <class F>
+std::vector<QpEntry> recv_qps(int fd, QpListHdr& h, uint32_t want, F&& poll_fn) {
+  recv_bytes(fd, &h, sizeof h, poll_fn, 120);
+  if (h.type != kQps) throw std::runtime_error("protocol: expected the peer's QP list");
+  if (h.error[0] != 0) throw std::runtime_error("peer: " + std::string(h.error, strnlen(h.error, sizeof h.error)));
+  if (h.n != want)
+    throw std::runtime_error("the peer has " + std::to_string(h.n) + " QPs, we have " + std::to_string(want));
+  std::vector<QpEntry> v(h.n);
+  recv_bytes(fd, v.data(), v.size() * sizeof(QpEntry), poll_fn, 120);
+  return v;
+}
+
+void connect_side(Side& s, engine::Embedded& node, const QpListHdr& h, const std::vector<QpEntry>& peer) {
+  if (peer.size() != s.q.size()) throw std::runtime_error("peer has a different number of QPs");
+  wire::Gid gid{};
+  std::memcpy(gid.data(), h.gid, 16);
+  // Resolve the MAC by ARP / ND like a host would (the exchanged MAC is only checked); once, all QPs share it.
+  wire::MacAddr told{}, mac{};
+  std::memcpy(told.data(), h.mac, 6);
+  if (!node.resolve(gid, mac, 10000)) throw std::runtime_error("cannot resolve the peer " + netstack::gid_to_string(gid));
+  if (mac != told) spdlog::warn("ARP says the peer is at a different MAC than it told us");
   for (size_t i = 0; i < s.q.size(); ++i) {
     engine::QpPeer pp;
-    pp.qpn = peer.q[i].qpn;
-    pp.psn = peer.q[i].psn;
-    std::memcpy(pp.gid.data(), peer.q[i].gid, 16);
-    // Resolve the MAC by ARP / ND like a host would (the exchanged MAC is only checked).
-    wire::MacAddr told{};
-    std::memcpy(told.data(), peer.q[i].mac, 6);
-    if (!node.resolve(pp.gid, pp.mac, 10000)) throw std::runtime_error("cannot resolve the peer " + netstack::gid_to_string(pp.gid));
-    if (pp.mac != told) spdlog::warn("ARP says the peer is at a different MAC than it told us");
-    if (int rc = node.connect(s.q[i].h, pp)) throw std::runtime_error("connect QP: errno " + std::to_string(rc));
-    s.q[i].rkey = peer.q[i].rkey;
-    s.q[i].raddr = peer.q[i].vaddr;
+    pp.qpn = peer[i].qpn;
+    pp.psn = peer[i].psn;
+    pp.gid = gid;
+    pp.mac = mac;
+    if (int rc = node.connect(s.q[i].h, pp))
+      throw std::runtime_error("connect QP " + std::to_string(i + 1) + ": errno " + std::to_string(rc));
+    s.q[i].rkey = peer[i].rkey;
+    s.q[i].raddr = peer[i].vaddr;
     s.q[i].rqpn = pp.qpn;
     s.q[i].ah.dgid = pp.gid;
     s.q[i].ah.dmac = pp.mac;
@@ -474,70 +606,105 @@ Sampler g_sampler;
 // at setup (slot k holds message k, fill_sources), and with --cq-mod N only
 // every Nth work request (and the last) is signaled, a completion of wr_id i
 // meaning all up to i are done (as perftest's ib_write_bw). Completions are
-// read in batches of 32 in place; only READ and atomic results are checked
-// per completion.
+// read in batches of 32 in place from the loops' shared send CQs; only READ
+// and atomic results are checked per completion.
+//
+// Many QPs: at most p.total work requests in flight in all and p.depth per
+// QP (its share, -t); the QPs that may still post take turns round robin,
+// each posting up to its share, so all of them progress alike (as
+// bench_transport's QP scaling does), and the loop's cost per turn does not
+// grow with the QP count.
 Result run_bw(Side& s, const Params& p, uint32_t size, uint64_t iters, double duration, std::vector<uint64_t>& count) {
   engine::Embedded& n = *s.node;
   Result r;
+  const size_t nq = s.q.size();
   const uint32_t depth = std::min(p.depth, s.slots);
+  const uint64_t window = std::min<uint64_t>(p.total, uint64_t{depth} * nq);
   const bool per_wc = p.verb == Verb::Read || p.verb == Verb::Atomic;
   const uint64_t cq_mod = per_wc ? 1 : std::max<uint32_t>(1, std::min(p.cq_mod, depth));
-  std::vector<uint64_t> posted(s.q.size(), 0), done(s.q.size(), 0), last_tsc(s.q.size(), 0);
-  // posted % depth and posted % cq_mod, kept as counters (a division per post
-  // was a fifth of this loop's time)
-  std::vector<uint32_t> next_slot(s.q.size(), 0), to_signal(s.q.size(), static_cast<uint32_t>(cq_mod));
-  std::vector<std::vector<bool>> seen(s.q.size());  // atomic: returned values
-  // One work request per QP and slot, built once; a post only sets its wr_id
-  // and whether it is signaled (what perftest does too): the loop measures
-  // the stack, not the tool.
-  std::vector<std::vector<verbs::SendWr>> wr(s.q.size());
-  for (size_t qi = 0; qi < s.q.size(); ++qi)
-    for (uint32_t slot = 0; slot < depth; ++slot) wr[qi].push_back(make_wr(s, qi, p.verb, slot, slot, size, 0, p.atomic_op));
+  struct Run {
+    uint64_t posted = 0, done = 0, limit = 0, last_tsc = 0;
+    // posted % depth and posted % cq_mod, kept as counters (a division per
+    // post was a fifth of this loop's time)
+    uint32_t next_slot = 0, to_signal = 0;
+  };
+  std::vector<Run> run(nq);
+  for (Run& x : run) {
+    x.limit = duration > 0 ? UINT64_MAX : iters;
+    x.to_signal = static_cast<uint32_t>(cq_mod);
+  }
+  std::vector<uint32_t> active(nq);  // the QPs that may still post
+  std::iota(active.begin(), active.end(), 0u);
+  std::vector<std::vector<bool>> seen(p.verb == Verb::Atomic ? nq : 0);  // atomic: returned values
+  // One work request per QP, built once; a post sets its slot's addresses,
+  // its wr_id and whether it is signaled (what perftest does too): the loop
+  // measures the stack, not the tool.
+  std::vector<verbs::SendWr> wr(nq);
+  for (size_t qi = 0; qi < nq; ++qi) wr[qi] = make_wr(s, qi, p.verb, 0, 0, size, 0, p.atomic_op);
+  const bool remote_slot = p.verb == Verb::Write || p.verb == Verb::Read;
   verbs::Wc wc[32];
   const uint64_t t0 = rte_rdtsc();
   const uint64_t hz = rte_get_tsc_hz();
   const uint64_t end_tsc = duration > 0 ? t0 + static_cast<uint64_t>(duration * hz) : UINT64_MAX;
-  uint64_t last_progress = t0;
+  uint64_t last_progress = t0, inflight = 0;
+  size_t cur = 0;
   bool stop_posting = false;
   for (;;) {
     const uint64_t now = rte_rdtsc();
-    if (now >= end_tsc) stop_posting = true;
-    bool all_done = true;
-    for (size_t qi = 0; qi < s.q.size(); ++qi) {
-      // Past the end of a timed run, post up to the next signaled WR so that
-      // the last one posted completes.
-      const uint64_t limit = duration > 0 ? (stop_posting ? (posted[qi] + cq_mod - 1) / cq_mod * cq_mod : UINT64_MAX)
-                                          : iters;
-      while (posted[qi] < limit && posted[qi] - done[qi] < depth) {
-        const uint64_t i = posted[qi];
-        const uint32_t slot = next_slot[qi];
-        if (p.verb == Verb::Read) std::memset(s.q[qi].buf + size_t{slot} * s.slot_size, 0, std::min<uint32_t>(size, 8));
-        verbs::SendWr& w = wr[qi][slot];
-        w.wr_id = i;
-        const bool signal = to_signal[qi] == 1 || i + 1 == iters;
-        w.send_flags = signal ? uint32_t{verbs::kSendSignaled} : 0u;
-        if (n.post_send(s.q[qi].h, w) != 0) break;
-        ++posted[qi];
-        next_slot[qi] = slot + 1 == depth ? 0 : slot + 1;
-        to_signal[qi] = to_signal[qi] == 1 ? static_cast<uint32_t>(cq_mod) : to_signal[qi] - 1;
+    if (!stop_posting && now >= end_tsc) {
+      // Past the end of a timed run, each QP posts up to its next signaled
+      // WR so that the last one posted completes.
+      stop_posting = true;
+      active.clear();
+      for (size_t qi = 0; qi < nq; ++qi) {
+        run[qi].limit = (run[qi].posted + cq_mod - 1) / cq_mod * cq_mod;
+        if (run[qi].posted < run[qi].limit) active.push_back(static_cast<uint32_t>(qi));
       }
-      if (duration > 0 ? (!stop_posting || done[qi] < posted[qi]) : done[qi] < iters) all_done = false;
+      cur = 0;
     }
-    if (all_done) break;
+    for (size_t tries = active.size(); tries > 0 && inflight < window; --tries) {
+      if (cur >= active.size()) cur = 0;
+      const uint32_t qi = active[cur];
+      Run& x = run[qi];
+      Side::Q& q = s.q[qi];
+      verbs::SendWr& w = wr[qi];
+      while (x.posted < x.limit && x.posted - x.done < depth && inflight < window) {
+        const uint64_t i = x.posted;
+        const uint32_t slot = x.next_slot;
+        const uint64_t off = uint64_t{slot} * s.slot_size;
+        if (p.verb == Verb::Read) std::memset(q.buf + off, 0, std::min<uint32_t>(size, 8));
+        w.sg_list[0].addr = reinterpret_cast<uint64_t>(q.buf) + off;
+        if (remote_slot) w.rdma.remote_addr = q.raddr + off;
+        w.wr_id = i;
+        const bool signal = x.to_signal == 1 || i + 1 == iters;
+        w.send_flags = signal ? uint32_t{verbs::kSendSignaled} : 0u;
+        if (n.post_send(q.h, w) != 0) break;
+        ++x.posted;
+        ++inflight;
+        x.next_slot = slot + 1 == depth ? 0 : slot + 1;
+        x.to_signal = x.to_signal == 1 ? static_cast<uint32_t>(cq_mod) : x.to_signal - 1;
+      }
+      if (x.posted >= x.limit) {  // done posting: out of the turn (the last one takes its place)
+        active[cur] = active.back();
+        active.pop_back();
+      } else {
+        ++cur;
+      }
+    }
+    if (active.empty() && inflight == 0) break;
     n.poll();
     if (g_sampler.on()) g_sampler.sample(s, now, t0, hz);
-    for (size_t qi = 0; qi < s.q.size(); ++qi) {
+    for (verbs::Cq* cq : s.scq) {
       int k;
-      while ((k = s.q[qi].h.scq->poll(wc, 32)) > 0) {
+      while ((k = cq->poll(wc, 32)) > 0) {
         for (int j = 0; j < k; ++j) {
-          if (wc[j].status != verbs::WcStatus::Success) {
-            spdlog::error("QP {} wr {}: completion {}", s.q[qi].h.qpn, wc[j].wr_id, verbs::wc_status_str(wc[j].status));
+          const uint32_t qi = wc[j].qp_num < s.index.size() ? s.index[wc[j].qp_num] : UINT32_MAX;
+          if (wc[j].status != verbs::WcStatus::Success || qi >= nq) {
+            spdlog::error("QP {} wr {}: completion {}", wc[j].qp_num, wc[j].wr_id, verbs::wc_status_str(wc[j].status));
             ++r.errors;
             return r;
           }
-        }
-        if (per_wc) {
-          for (int j = 0; j < k; ++j) {
+          if (per_wc) {
             const uint32_t slot = static_cast<uint32_t>(wc[j].wr_id % depth);
             uint8_t* lp = s.q[qi].buf + size_t{slot} * s.slot_size;
             if (p.verb == Verb::Read && !check(lp, size, slot, s.scratch.data())) {
@@ -557,27 +724,32 @@ Result run_bw(Side& s, const Params& p, uint32_t size, uint64_t iters, double du
               }
             }
           }
+          // Completions of one send queue come in order: this one says how
+          // many of its QP's WRs are done (every WR up to it, signaled or not).
+          Run& x = run[qi];
+          const uint64_t d = wc[j].wr_id + 1;
+          inflight -= d - x.done;
+          x.done = d;
+          x.last_tsc = now;
         }
-        // Completions of one send queue come in order: the last one says
-        // how many WRs are done (every WR up to it, signaled or not).
-        done[qi] = wc[k - 1].wr_id + 1;
-        last_tsc[qi] = now;
         last_progress = now;
       }
     }
     if (now - last_progress > 20 * hz) {
-      spdlog::error("no completion for 20 s: giving up");
+      spdlog::error("no completion for 20 s: giving up ({} work requests outstanding)", inflight);
       ++r.errors;
       break;
     }
   }
   r.secs = static_cast<double>(rte_rdtsc() - t0) / static_cast<double>(hz);
-  for (size_t qi = 0; qi < s.q.size(); ++qi) {
-    r.qp_secs.push_back(last_tsc[qi] > t0 ? static_cast<double>(last_tsc[qi] - t0) / static_cast<double>(hz) : 0.0);
-    r.msgs += done[qi];
-    count[qi] = done[qi];
+  r.qp_secs.resize(nq);
+  for (size_t qi = 0; qi < nq; ++qi) {
+    const Run& x = run[qi];
+    r.qp_secs[qi] = x.last_tsc > t0 ? static_cast<double>(x.last_tsc - t0) / static_cast<double>(hz) : 0.0;
+    r.msgs += x.done;
+    count[qi] = x.done;
     if (p.verb == Verb::Atomic && p.atomic_op == "FETCH_AND_ADD") {
-      for (uint64_t v = 0; v < done[qi]; ++v)
+      for (uint64_t v = 0; v < x.done; ++v)
         if (v >= seen[qi].size() || !seen[qi][v]) {
           if (r.errors++ < 5) spdlog::error("FETCH_AND_ADD value {} never returned", v);
         }
@@ -677,22 +849,29 @@ struct ServerRound {
 void server_poll(Side& s, const Params& p, ServerRound& rd, std::vector<verbs::Wc>& wcs) {
   engine::Embedded& n = *s.node;
   n.poll();
-  for (size_t qi = 0; qi < s.q.size(); ++qi) {
-    auto& q = s.q[qi];
+  for (verbs::Cq* cq : s.scq) {  // the latency tests' pongs
     wcs.clear();
-    poll_wcs(n, q.h.scq, wcs);
+    poll_wcs(n, cq, wcs);
     for (auto& wc : wcs)
       if (wc.status != verbs::WcStatus::Success && rd.errors++ < 5)
         spdlog::error("server send completion {}", verbs::wc_status_str(wc.status));
-    if (p.verb == Verb::Send) {
+  }
+  if (p.verb == Verb::Send) {
+    for (verbs::Cq* cq : s.rcq) {
       wcs.clear();
-      poll_wcs(n, q.h.rcq, wcs);
+      poll_wcs(n, cq, wcs);
       for (auto& wc : wcs) {
+        const size_t qi = wc.qp_num < s.index.size() ? s.index[wc.qp_num] : UINT32_MAX;
+        if (qi >= s.q.size()) {
+          if (rd.errors++ < 5) spdlog::error("server recv completion of an unknown QP {}", wc.qp_num);
+          continue;
+        }
         if (wc.status != verbs::WcStatus::Success) {
           if (wc.status != verbs::WcStatus::WrFlushErr && rd.errors++ < 5)
             spdlog::error("server recv completion {}", verbs::wc_status_str(wc.status));
           continue;
         }
+        auto& q = s.q[qi];
         const uint32_t slot = static_cast<uint32_t>(wc.wr_id);
         const uint8_t* d = q.buf + size_t{slot} * s.slot_size + (p.type == QpType::UD ? verbs::kGrhBytes : 0);
         const uint32_t len = wc.byte_len - (p.type == QpType::UD ? verbs::kGrhBytes : 0);
@@ -732,12 +911,13 @@ void server_poll(Side& s, const Params& p, ServerRound& rd, std::vector<verbs::W
 }
 
 // Verifies what the client's round left in our memory.
-uint64_t server_verify(Side& s, const Params& p, const Msg& done, ServerRound& rd) {
+// count: each QP's messages the client completed.
+uint64_t server_verify(Side& s, const Params& p, const std::vector<uint64_t>& count, ServerRound& rd) {
   uint64_t err = rd.errors;
   const uint32_t depth = std::min(p.depth, s.slots);
   for (size_t qi = 0; qi < s.q.size(); ++qi) {
     auto& q = s.q[qi];
-    const uint64_t cnt = done.count[qi];
+    const uint64_t cnt = count[qi];
     if (p.verb == Verb::Write && !p.lat) {
       for (uint32_t slot = 0; slot < depth && slot < cnt; ++slot) {
         // Every message written to this slot is message `slot` (fill_sources).
@@ -762,7 +942,7 @@ uint64_t server_verify(Side& s, const Params& p, const Msg& done, ServerRound& r
   }
   if (p.verb == Verb::Send && !p.lat) {
     uint64_t sent = 0;
-    for (size_t qi = 0; qi < s.q.size(); ++qi) sent += done.count[qi];
+    for (size_t qi = 0; qi < s.q.size(); ++qi) sent += count[qi];
     if (p.type == QpType::RC ? rd.received != sent : rd.received > sent) {
       if (err++ < 5) spdlog::error("received {} SENDs, the client completed {}", rd.received, sent);
     }
@@ -783,17 +963,27 @@ void print_bw(uint32_t size, const Result& r, bool gbits, bool ok) {
               static_cast<double>(r.msgs) / r.secs / 1e6, ok ? "ok" : "FAILED");
 }
 // Multi-QP bandwidth runs: each QP's throughput (its messages over the time to
-// its last completion) and Jain's fairness index over them.
+// its last completion), listed up to 16 QPs, Jain's fairness index over them,
+// and the spread of the QPs' completed messages (a QP left without any shows).
 void print_per_qp(const Side& s, uint32_t size, const Result& r, const std::vector<uint64_t>& count) {
   if (s.q.size() < 2 || r.qp_secs.size() != s.q.size()) return;
-  std::vector<double> gbps;
-  std::printf(" per-QP BW[Gb/sec]:");
+  std::vector<double> gbps(s.q.size());
   for (size_t qi = 0; qi < s.q.size(); ++qi) {
     const double secs = r.qp_secs[qi];
-    gbps.push_back(secs > 0 ? static_cast<double>(count[qi]) * size * 8 / secs / 1e9 : 0.0);
-    std::printf(" qp%zu(0x%x) %.3f", qi, s.q[qi].h.qpn, gbps.back());
+    gbps[qi] = secs > 0 ? static_cast<double>(count[qi]) * size * 8 / secs / 1e9 : 0.0;
   }
-  std::printf("\n Jain's fairness index: %.4f over %zu QPs\n", stats::jain_index(gbps), gbps.size());
+  if (s.q.size() <= 16) {
+    std::printf(" per-QP BW[Gb/sec]:");
+    for (size_t qi = 0; qi < s.q.size(); ++qi) std::printf(" qp%zu(0x%x) %.3f", qi, s.q[qi].h.qpn, gbps[qi]);
+    std::printf("\n");
+  }
+  std::vector<uint64_t> c(count);
+  std::sort(c.begin(), c.end());
+  const size_t idle = static_cast<size_t>(std::upper_bound(c.begin(), c.end(), uint64_t{0}) - c.begin());
+  std::printf(" per-QP messages: min %lu median %lu max %lu over %zu QPs, %zu without a completion\n",
+              static_cast<unsigned long>(c.front()), static_cast<unsigned long>(c[c.size() / 2]),
+              static_cast<unsigned long>(c.back()), c.size(), idle);
+  std::printf(" Jain's fairness index: %.4f over %zu QPs\n", stats::jain_index(gbps), gbps.size());
 }
 
 void print_lat_header() {
@@ -938,18 +1128,27 @@ Params params_from(const Opts& o) {
   if (p.type == QpType::UC && (p.verb == Verb::Read || p.verb == Verb::Atomic))
     throw std::runtime_error("-c UC does not support READ or atomics");
   p.qps = p.lat ? 1 : o.qps;
-  p.depth = p.lat ? 2 : o.depth;
+  // -t T over N QPs: each QP keeps at most its share, ceil(T / N) (at least
+  // 1), and T in all; --tx-depth-per-qp: T each (perftest's -t), N x T in all.
+  if (p.lat) {
+    p.depth = 2;
+  } else if (o.depth_per_qp) {
+    p.depth = o.depth;
+  } else {
+    p.depth = std::max<uint32_t>(1, (o.depth + p.qps - 1) / p.qps);
+  }
   // READs and atomics beyond the responder's resources (max_dest_rd_atomic, at most 128)
   // only wait in the send queue; keeping more outstanding just makes a slow
   // link's ACK timer fire on requests the responder has not started.
   if (p.verb == Verb::Read && p.depth > verbs::kMaxRdAtomic) p.depth = verbs::kMaxRdAtomic;
-  if (p.depth < 2) p.depth = 2;
+  p.total = o.depth_per_qp || p.lat ? uint64_t{p.depth} * p.qps : std::min<uint64_t>(o.depth, uint64_t{p.depth} * p.qps);
   p.mtu = o.mtu;
   p.atomic_op = o.atomic_op;
   p.cq_mod = o.cq_mod;
   uint32_t size = p.verb == Verb::Atomic ? 8 : o.size;
   p.max_size = o.all ? (o.max_size ? o.max_size : (p.type == QpType::UD ? o.mtu : (1u << 20))) : size;
   if (p.type == QpType::UD && p.max_size > o.mtu) throw std::runtime_error("-c UD: message size must fit the MTU");
+  (void)layout_of(p);  // buffers and queues that cannot fit: say so before starting DPDK
   return p;
 }
 
@@ -964,7 +1163,11 @@ std::vector<uint32_t> sizes_of(const Opts& o, const Params& p) {
 engine::EmbedOptions embed_options(const Opts& o, const std::vector<std::string>& eal) {
   engine::EmbedOptions e = engine::node_options(o.device, eal, o.ip, o.mac, o.mtu);
   e.queues = o.queues;
-  e.engine.max_qps = 256;
+  // QPNs are dealt per loop (QPN % loops), QP i on loop i % loops. A server
+  // takes as many QPs as the client asks for, up to kMaxQps: its QPN table
+  // (16 bytes a QPN) is sized for that many.
+  const uint32_t qps = o.host.empty() ? kMaxQps : std::max<uint32_t>(o.qps, 254);
+  e.engine.max_qps = o.queues * ((qps + o.queues - 1) / o.queues + 2) + 2;
   e.engine.max_mrs = 256;
   e.engine.timer_scan_ns = 20'000;
   e.engine.max_inflight_pkts = o.window;
@@ -1104,24 +1307,38 @@ int run_client(const Opts& o, engine::Embedded& node) {
   std::snprintf(hello.atomic_op, sizeof hello.atomic_op, "%s", p.atomic_op.c_str());
   send_all(fd, &hello, sizeof hello);
   Side s;
-  setup_side(s, node, p, o.qp_timeout);
-  QpMsg peer;
+  const auto t_setup = std::chrono::steady_clock::now();
+  try {
+    setup_side(s, node, p, o.qp_timeout);
+  } catch (const std::exception& e) {
+    send_qp_error(fd, e.what());
+    throw;
+  }
   auto poll = [&] { node.poll(); };
-  recv_msg(fd, &peer, sizeof peer, poll);
-  QpMsg mine = describe(s, node, o.gid_index);
-  send_all(fd, &mine, sizeof mine);
-  connect_side(s, node, peer);
+  QpListHdr ph, mh;
+  const std::vector<QpEntry> peer = recv_qps(fd, ph, p.qps, poll);
+  send_qps(fd, mh, describe(s, node, o.gid_index, mh));
+  connect_side(s, node, ph, peer);
   fill_sources(s, p);
-  std::printf(" %s test, %s, %u QP(s), MTU %u, tx depth %u, %s\n", o.test.c_str(), o.conn.c_str(), p.qps, p.mtu,
-              p.depth, o.duration > 0 ? ("duration " + std::to_string(o.duration) + " s").c_str()
-                                      : ("iterations " + std::to_string(o.iters)).c_str());
+  const double setup_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_setup).count();
+  const uint64_t in_all = std::min<uint64_t>(p.total, uint64_t{std::min(p.depth, s.slots)} * p.qps);
+  std::printf(" %s test, %s, %u QP(s), MTU %u, tx depth %u per QP, %lu in all, %s\n", o.test.c_str(), o.conn.c_str(),
+              p.qps, p.mtu, std::min(p.depth, s.slots), static_cast<unsigned long>(in_all),
+              o.duration > 0 ? ("duration " + std::to_string(o.duration) + " s").c_str()
+                             : ("iterations " + std::to_string(o.iters)).c_str());
+  std::printf(" set up and connected %u QP(s) on each side in %.2f s\n", p.qps, setup_s);
   if (p.lat) print_lat_header(); else print_bw_header(o.gbits);
   if (o.sample_us > 0 && !p.lat) {
     if (o.sample_csv.empty()) throw std::runtime_error("--sample-us wants --sample-csv FILE");
     g_sampler.period_tsc = std::max<uint64_t>(1, static_cast<uint64_t>(o.sample_us * 1e-6 * rte_get_tsc_hz()));
     g_sampler.path = o.sample_csv;
     const double secs = o.duration > 0 ? o.duration + 1 : 10;
-    g_sampler.rows.reserve(static_cast<size_t>(secs * 1e6 / o.sample_us + 1) * s.q.size());
+    const double rows = (secs * 1e6 / o.sample_us + 1) * static_cast<double>(s.q.size());
+    if (rows > 5e7)
+      throw std::runtime_error("--sample-us " + std::to_string(o.sample_us) + " over " + std::to_string(s.q.size()) +
+                               " QPs would keep " + std::to_string(static_cast<uint64_t>(rows)) +
+                               " samples (at most 50 M): sample less often");
+    g_sampler.rows.reserve(static_cast<size_t>(rows));
   }
   bool all_ok = true;
   for (uint32_t size : sizes_of(o, p)) {
@@ -1141,8 +1358,9 @@ int run_client(const Opts& o, engine::Embedded& node) {
     Msg done;
     done.type = kDone;
     done.size = size;
-    for (size_t i = 0; i < count.size(); ++i) done.count[i] = count[i];
+    done.qps = static_cast<uint32_t>(count.size());
     send_all(fd, &done, sizeof done);
+    send_bytes(fd, count.data(), count.size() * sizeof(uint64_t));
     Msg res;
     recv_msg(fd, &res, sizeof res, poll);
     const bool ok = r.errors == 0 && res.ok == 1;
@@ -1181,19 +1399,27 @@ int run_server(const Opts& o, engine::Embedded& node, int* tcp_fd) {
   Params p;
   p.verb = static_cast<Verb>(hello.verb);
   p.type = static_cast<QpType>(hello.qptype);
-  p.qps = std::min<uint32_t>(hello.qps, 16);
+  p.qps = hello.qps;
   p.depth = hello.depth;
   p.mtu = hello.mtu;
   p.max_size = hello.max_size;
   p.lat = hello.lat != 0;
   p.atomic_op = std::string(hello.atomic_op, strnlen(hello.atomic_op, sizeof hello.atomic_op));
   Side s;
-  setup_side(s, node, p, o.qp_timeout);
-  QpMsg mine = describe(s, node, o.gid_index);
-  send_all(fd, &mine, sizeof mine);
-  QpMsg peer;
-  recv_msg(fd, &peer, sizeof peer, poll);
-  connect_side(s, node, peer);
+  try {
+    if (p.qps < 1 || p.qps > kMaxQps)
+      throw std::runtime_error("the client asks for " + std::to_string(p.qps) + " QPs; droce-perf takes 1 to " +
+                               std::to_string(kMaxQps));
+    if (p.depth < 1) throw std::runtime_error("the client asks for a tx depth of 0");
+    setup_side(s, node, p, o.qp_timeout);
+  } catch (const std::exception& e) {
+    send_qp_error(fd, e.what());
+    throw;
+  }
+  QpListHdr ph, mh;
+  send_qps(fd, mh, describe(s, node, o.gid_index, mh));
+  const std::vector<QpEntry> peer = recv_qps(fd, ph, p.qps, poll);
+  connect_side(s, node, ph, peer);
   // READ source: each slot holds message `slot` once and for all.
   if (p.verb == Verb::Read)
     for (auto& q : s.q)
@@ -1219,10 +1445,13 @@ int run_server(const Opts& o, engine::Embedded& node, int* tcp_fd) {
     Msg done;
     recv_msg(fd, &done, sizeof done, [&] { server_poll(s, p, rd, wcs); }, 600);
     if (done.type != kDone) throw std::runtime_error("protocol: expected done");
+    if (done.qps != s.q.size()) throw std::runtime_error("protocol: done counts " + std::to_string(done.qps) + " QPs");
+    std::vector<uint64_t> count(done.qps);
+    recv_bytes(fd, count.data(), count.size() * sizeof(uint64_t), [&] { server_poll(s, p, rd, wcs); }, 60);
     for (int i = 0; i < 2000; ++i) server_poll(s, p, rd, wcs);
     Msg res;
     res.type = kResult;
-    res.errors = server_verify(s, p, done, rd);
+    res.errors = server_verify(s, p, count, rd);
     res.ok = res.errors == 0;
     total_err += res.errors;
     send_all(fd, &res, sizeof res);
@@ -1260,11 +1489,18 @@ int main(int argc, char** argv) {
   app.add_option("--max-size", o.max_size, "largest size with -a");
   app.add_option("-n,--iters", o.iters, "iterations")->check(CLI::Range(uint64_t{1}, uint64_t{1} << 40));
   app.add_option("-D,--duration", o.duration, "run for this many seconds (bw tests)");
-  app.add_option("-q,--qp", o.qps, "number of QPs")->check(CLI::Range(1, 16));
+  app.add_option("-q,--qp", o.qps, "number of QPs (bw tests; 1 to 65536); the work requests in flight are shared out over them (-t)")
+      ->check(CLI::Range(1u, kMaxQps));
   app.add_option("-m,--mtu", o.mtu, "path MTU")->check(CLI::IsMember({256, 512, 1024, 2048, 4096}));
   app.add_option("-c,--connection", o.conn, "RC, UC or UD")->check(CLI::IsMember({"RC", "UC", "UD"}));
   app.add_option("-x,--gid-index", o.gid_index, "GID index (1 = first IPv4 address, as rxe)");
-  app.add_option("-t,--tx-depth", o.depth, "outstanding work requests per QP")->check(CLI::Range(2, 4096));
+  app.add_option("-t,--tx-depth", o.depth,
+                 "work requests in flight (default 128). With -q N they are shared out: each QP keeps at most "
+                 "ceil(T/N) outstanding (at least 1; its send queue is that deep) and T in all, the QPs posting in "
+                 "turn, round robin (-q 1: perftest's tx depth)")
+      ->check(CLI::Range(2, 4096));
+  app.add_flag("--tx-depth-per-qp", o.depth_per_qp,
+               "-t is each QP's (perftest's meaning of -t with -q): N x T work requests in flight in all");
   app.add_option("-p,--port", o.tcp_port, "TCP port of the exchange");
   app.add_option("-A,--atomic_type", o.atomic_op, "FETCH_AND_ADD or CMP_AND_SWAP")
       ->check(CLI::IsMember({"FETCH_AND_ADD", "CMP_AND_SWAP"}));
@@ -1306,7 +1542,11 @@ int main(int argc, char** argv) {
   app.add_option("--sample-csv", o.sample_csv, "... into this CSV file (t_us,qp,rate_mbps,...)");
   app.add_flag("--bn-mark-dequeue", o.bn.mark_dequeue,
                "TX bottleneck: RED on the queue a frame leaves behind (marking on departure), not the one it finds");
-  app.footer("EAL arguments after --. Exit status 0 when every run completed with its data verified.");
+  app.footer(
+      "EAL arguments after --. Exit status 0 when every run completed with its data verified.\n"
+      "Memory per side: the message buffers of all QPs are one hugepage block of at most 256 MiB (each QP\n"
+      "max(2, its depth) slots of the message size rounded up to 64 B: -q 65536 -s 64 takes 8 MiB), and\n"
+      "each QP a few KB of heap (its send queue as deep as its share of -t, the loop's CQs shared).");
   std::vector<std::string> eal;
   if (const auto rc = engine::parse_node_command_line(app, argc, argv, eal)) return *rc;
   spdlog::set_level(spdlog::level::warn);

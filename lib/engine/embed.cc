@@ -138,6 +138,8 @@ QpHandle Embedded::create_qp(uint32_t pd, const QpOptions& o) {
   if (o.loop >= 0 && static_cast<size_t>(o.loop) >= loops())
     throw std::runtime_error("embedded droce: create_qp: no loop " + std::to_string(o.loop) + " (" +
                              std::to_string(loops()) + " loops)");
+  if ((o.send_cq || o.recv_cq) && o.loop < 0)
+    throw std::runtime_error("embedded droce: create_qp: shared CQs need the QP's loop (QpOptions::loop)");
   h.core = o.loop >= 0 ? dp_->port_cores(0)[static_cast<size_t>(o.loop)] : dp_->pick_core(0);
   h.pd = pd;
   h.opt = o;
@@ -153,8 +155,8 @@ QpHandle Embedded::create_qp(uint32_t pd, const QpOptions& o) {
   const bool ran = dp_->run_on(h.core, [out](CoreLoop&) {
     QpHandle& q = out->h;
     const QpOptions& o = q.opt;
-    q.scq = q.eng->create_cq(o.cqe);
-    q.rcq = q.eng->create_cq(o.cqe);
+    q.scq = o.send_cq ? o.send_cq : q.eng->create_cq(o.cqe);
+    q.rcq = o.recv_cq ? o.recv_cq : q.eng->create_cq(o.cqe);
     if (!q.scq || !q.rcq) {
       out->err = "embedded droce: create_cq failed";
       return;
@@ -186,6 +188,19 @@ QpHandle Embedded::create_qp(uint32_t pd, const QpOptions& o) {
   if (!ran) throw std::runtime_error("embedded droce: create_qp: loop " + std::to_string(h.core) + " did not answer");
   if (!out->done) throw std::runtime_error(out->err);
   return out->h;
+}
+
+verbs::Cq* Embedded::create_cq(int loop, uint32_t cqe) {
+  if (loop < 0 || static_cast<size_t>(loop) >= loops())
+    throw std::runtime_error("embedded droce: create_cq: no loop " + std::to_string(loop) + " (" +
+                             std::to_string(loops()) + " loops)");
+  const size_t core = dp_->port_cores(0)[static_cast<size_t>(loop)];
+  auto cq = std::make_shared<verbs::Cq*>(nullptr);  // outlives a run_on that timed out
+  transport::Engine* eng = dp_->core(core).engine(0);
+  if (!dp_->run_on(core, [cq, eng, cqe](CoreLoop&) { *cq = eng->create_cq(cqe); }))
+    throw std::runtime_error("embedded droce: create_cq: loop " + std::to_string(loop) + " did not answer");
+  if (!*cq) throw std::runtime_error("embedded droce: create_cq: " + std::to_string(cqe) + " entries refused");
+  return *cq;
 }
 
 void Embedded::start_loop_threads() {

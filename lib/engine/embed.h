@@ -84,6 +84,10 @@ struct QpOptions {
   // The loop (index among the port's loops, 0..loops()-1) the QP lives on;
   // -1: round robin. A placed QP gets a QPN of that loop's residue.
   int loop = -1;
+  // CQs shared with other QPs (Embedded::create_cq on the same loop, so the
+  // QP needs `loop` set); nullptr: the QP gets CQs of its own, of cqe entries.
+  verbs::Cq* send_cq = nullptr;
+  verbs::Cq* recv_cq = nullptr;
 };
 
 struct QpHandle {
@@ -135,6 +139,10 @@ class Embedded {
   // Creates CQs and a QP (RESET -> INIT) on the loop picked for it (o.loop, or
   // round robin). Throws on failure (also for a loop that does not exist).
   QpHandle create_qp(uint32_t pd, const QpOptions& o);
+  // A CQ of cqe entries on loop `loop` (0..loops()-1) that several QPs of that
+  // loop can share (QpOptions::send_cq / recv_cq, with QpOptions::loop set to
+  // the same loop); it lives as long as the node. Throws on failure.
+  verbs::Cq* create_cq(int loop, uint32_t cqe);
   // INIT -> RTR -> RTS towards the peer (MAC resolved when zero). 0 or errno.
   int connect(QpHandle& qp, const QpPeer& peer);
   // INIT -> RTR -> RTS with what the RDMA CM negotiated (Agent::qp_params, as
