@@ -610,10 +610,12 @@ Sampler g_sampler;
 // and atomic results are checked per completion.
 //
 // Many QPs: at most p.total work requests in flight in all and p.depth per
-// QP (its share, -t); the QPs that may still post take turns round robin,
-// each posting up to its share, so all of them progress alike (as
-// bench_transport's QP scaling does), and the loop's cost per turn does not
-// grow with the QP count.
+// QP (its share, -t). The QPs with room to post wait in a FIFO (each at most
+// once): a turn takes them in order, each posting up to its share, and a QP
+// goes back in when a completion frees room in it, so all of them progress
+// alike (as bench_transport's QP scaling does) and the loop's cost per turn
+// is its work, not the QP count (with 64K QPs, a scan of every QP per turn
+// was 200 us: ACKs waited in the port long enough for the ACK timer to fire).
 Result run_bw(Side& s, const Params& p, uint32_t size, uint64_t iters, double duration, std::vector<uint64_t>& count) {
   engine::Embedded& n = *s.node;
   Result r;
@@ -633,8 +635,16 @@ Result run_bw(Side& s, const Params& p, uint32_t size, uint64_t iters, double du
     x.limit = duration > 0 ? UINT64_MAX : iters;
     x.to_signal = static_cast<uint32_t>(cq_mod);
   }
-  std::vector<uint32_t> active(nq);  // the QPs that may still post
-  std::iota(active.begin(), active.end(), 0u);
+  // The FIFO of QPs that may post now (a ring of nq entries: each QP is in
+  // it at most once, queued[qi] says whether it is) and the QPs not done posting.
+  std::vector<uint32_t> ready(nq);
+  std::vector<uint8_t> queued(nq, 1);
+  std::iota(ready.begin(), ready.end(), 0u);
+  size_t rd_head = 0, rd_len = nq, unfinished = nq;
+  const auto push = [&](uint32_t qi) {
+    queued[qi] = 1;
+    ready[(rd_head + rd_len++) % nq] = qi;
+  };
   std::vector<std::vector<bool>> seen(p.verb == Verb::Atomic ? nq : 0);  // atomic: returned values
   // One work request per QP, built once; a post sets its slot's addresses,
   // its wr_id and whether it is signaled (what perftest does too): the loop
@@ -647,7 +657,6 @@ Result run_bw(Side& s, const Params& p, uint32_t size, uint64_t iters, double du
   const uint64_t hz = rte_get_tsc_hz();
   const uint64_t end_tsc = duration > 0 ? t0 + static_cast<uint64_t>(duration * hz) : UINT64_MAX;
   uint64_t last_progress = t0, inflight = 0;
-  size_t cur = 0;
   bool stop_posting = false;
   for (;;) {
     const uint64_t now = rte_rdtsc();
@@ -655,16 +664,22 @@ Result run_bw(Side& s, const Params& p, uint32_t size, uint64_t iters, double du
       // Past the end of a timed run, each QP posts up to its next signaled
       // WR so that the last one posted completes.
       stop_posting = true;
-      active.clear();
+      rd_len = 0;
+      unfinished = 0;
       for (size_t qi = 0; qi < nq; ++qi) {
         run[qi].limit = (run[qi].posted + cq_mod - 1) / cq_mod * cq_mod;
-        if (run[qi].posted < run[qi].limit) active.push_back(static_cast<uint32_t>(qi));
+        queued[qi] = 0;
+        if (run[qi].posted < run[qi].limit) {
+          ++unfinished;
+          if (run[qi].posted - run[qi].done < depth) push(static_cast<uint32_t>(qi));
+        }
       }
-      cur = 0;
     }
-    for (size_t tries = active.size(); tries > 0 && inflight < window; --tries) {
-      if (cur >= active.size()) cur = 0;
-      const uint32_t qi = active[cur];
+    for (size_t tries = rd_len; tries > 0 && inflight < window; --tries) {
+      const uint32_t qi = ready[rd_head];
+      rd_head = rd_head + 1 == nq ? 0 : rd_head + 1;
+      --rd_len;
+      queued[qi] = 0;
       Run& x = run[qi];
       Side::Q& q = s.q[qi];
       verbs::SendWr& w = wr[qi];
@@ -684,14 +699,13 @@ Result run_bw(Side& s, const Params& p, uint32_t size, uint64_t iters, double du
         x.next_slot = slot + 1 == depth ? 0 : slot + 1;
         x.to_signal = x.to_signal == 1 ? static_cast<uint32_t>(cq_mod) : x.to_signal - 1;
       }
-      if (x.posted >= x.limit) {  // done posting: out of the turn (the last one takes its place)
-        active[cur] = active.back();
-        active.pop_back();
-      } else {
-        ++cur;
+      if (x.posted >= x.limit) {
+        --unfinished;  // done posting
+      } else if (x.posted - x.done < depth) {
+        push(qi);  // room left (the window or a refused post ended its turn): next in line
       }
     }
-    if (active.empty() && inflight == 0) break;
+    if (unfinished == 0 && inflight == 0) break;
     n.poll();
     if (g_sampler.on()) g_sampler.sample(s, now, t0, hz);
     for (verbs::Cq* cq : s.scq) {
@@ -731,6 +745,7 @@ Result run_bw(Side& s, const Params& p, uint32_t size, uint64_t iters, double du
           inflight -= d - x.done;
           x.done = d;
           x.last_tsc = now;
+          if (!queued[qi] && x.posted < x.limit) push(qi);
         }
         last_progress = now;
       }
