@@ -24,7 +24,8 @@
 #   bench-size-PORT.csv  RC WRITE messages/s and Gb/s at sizes 2 B .. 64 KiB (1 s each)
 #   bench-lat-PORT.csv   WRITE ping-pong half RTT percentiles at 2 B .. 4 KiB, and
 #                        raw_ethernet_lat at 64 B .. 1 KiB frames, same run
-#   bench-qps-PORT.csv   64 B WRITE messages/s with 1, 4 and 16 QPs
+#   bench-qps-PORT.csv   64 B WRITE messages/s with 1, 16, 256, 4096 and 65536 QPs,
+#                        each as a ratio to one QP's
 #   bench_dataplane.sh BUILD_DIR [SECONDS] [af_packet|memif] [ROUNDS]
 set -euo pipefail
 build=$1
@@ -156,10 +157,25 @@ for sz in 64 256 1024; do
     "$tmp/rawlat-$sz.log" >>"$build/bench-lat-$ptype.csv"
 done
 secs=$secs_saved
-echo "port,qps,mpps,data" >"$build/bench-qps-$ptype.csv"
-for nq in 1 4 16; do
-  droce_perf_run "$tmp/qps-$nq.log" 1 write_bw -s 64 -D "$secs" -q "$nq" -t 128 --window 128
-  awk -v pt="$ptype" -v nq="$nq" '$1 ~ /^[0-9]+$/ && NF >= 5 {printf "%s,%s,%s,%s\n", pt, nq, $4, $5}' "$tmp/qps-$nq.log" |
-    tail -1 >>"$build/bench-qps-$ptype.csv"
+# QP-count scaling (issue 12: the 64 B rate at 16, 256 and 4096 QPs, and 64K
+# active QPs against one): one QP with 128 WRs in flight, N QPs with 32 each
+# (perftest's -t with -q: --tx-depth-per-qp), 64K QPs with 2 each (the least
+# droce-perf takes; their send queues and slots fit its 256 MiB). With that
+# many messages in flight a message waits for all the others ahead of it
+# (Little's law: 131072 in flight at 1 M/s is 131 ms), longer than the
+# default ACK timeout (14: 67 ms), so every run takes --qp-timeout 18 (1.07 s).
+echo "port,qps,wrs_per_qp,mpps,ratio_to_1qp,data" >"$build/bench-qps-$ptype.csv"
+one=""
+for nq in 1 16 256 4096 65536; do
+  case $nq in 1) t=(-t 128) ;; 65536) t=(-t 2 --tx-depth-per-qp) ;; *) t=(-t 32 --tx-depth-per-qp) ;; esac
+  droce_perf_run "$tmp/qps-$nq.log" 1 write_bw -s 64 -D "$secs" -q "$nq" "${t[@]}" --window 128 --qp-timeout 18
+  row=$(awk '$1 ~ /^[0-9]+$/ && NF >= 5 {print $4, $5}' "$tmp/qps-$nq.log" | tail -1)
+  mpps=${row% *}; ok=${row#* }
+  case "$mpps" in ''|*nan*) mpps=0; ok=FAILED ;; esac
+  [ "$nq" = 1 ] && one=$mpps
+  depth=$([ "$nq" = 1 ] && echo 128 || { [ "$nq" = 65536 ] && echo 2 || echo 32; })
+  ratio=$(awk -v a="$mpps" -v b="$one" 'BEGIN {printf "%.2f", (b > 0) ? a / b : 0}')
+  echo "$ptype,$nq,$depth,$mpps,$ratio,$ok" >>"$build/bench-qps-$ptype.csv"
+  printf '  64 B WRITE over %5d QPs (%3d WRs each): %8.3f Mpps  x%s of one QP  %s\n' "$nq" "$depth" "$mpps" "$ratio" "$ok"
 done
 echo "  (sweeps: $build/bench-size-$ptype.csv, bench-lat-$ptype.csv, bench-qps-$ptype.csv; scripts/plot_bench.py draws them)"
