@@ -98,20 +98,23 @@ enum class WqeState : uint8_t {
   Done,         // acknowledged (or failed): the completer may retire it
 };
 
+// One send queue entry. The requester's and completer's bookkeeping, then the
+// work request: a SEND or WRITE of one SGE is read and written within the
+// entry's first 128 bytes (the UD address handle and the inline data after).
 struct SendWqe {
-  SendWr wr;
-  uint32_t length = 0;  // message length in bytes
-  Ah ah;                // UD: copy of the address handle
-  uint8_t inline_data[kMaxInline];
-  bool is_inline = false;
-  bool sr = false;  // RC selective repeat (lib/transport README): its requests are marked, WRITEs go per packet
   WqeState state = WqeState::Posted;
   WcStatus status = WcStatus::Success;
+  bool is_inline = false;
+  bool sr = false;  // RC selective repeat (lib/transport README): its requests are marked, WRITEs go per packet
+  uint32_t length = 0;  // message length in bytes
   uint32_t first_psn = 0;
   uint32_t last_psn = 0;
   uint32_t npkts = 0;
   uint32_t read_pkts_done = 0;  // READ: response packets placed
   uint64_t atomic_orig = 0;
+  SendWr wr;
+  Ah ah;                // UD: copy of the address handle
+  uint8_t inline_data[kMaxInline];
 
   // A freshly posted WQE: not started, nothing sent or placed yet.
   void mark_posted() noexcept {

@@ -144,19 +144,21 @@ struct Ah {
   uint16_t vlan_tci = 0;
 };
 
-// struct ibv_send_wr, flattened (sg_list inline, no chaining).
+// struct ibv_send_wr, flattened (sg_list inline, no chaining). What a SEND or
+// WRITE of one SGE reads comes first: with sg_list[0] in the first 64 bytes
+// (a send queue entry, SendWqe, starts with it a cache line further on).
 struct SendWr {
   uint64_t wr_id = 0;
   WrOpcode opcode = WrOpcode::Send;
   uint32_t send_flags = kSendSignaled;
   uint32_t num_sge = 0;
-  Sge sg_list[kMaxSge]{};
   uint32_t imm_data = 0;  // network order, as ibverbs
   uint32_t invalidate_rkey = 0;
   struct {
     uint64_t remote_addr = 0;
     uint32_t rkey = 0;
   } rdma;
+  Sge sg_list[kMaxSge]{};
   struct {
     uint64_t remote_addr = 0;
     uint64_t compare_add = 0;

@@ -281,6 +281,7 @@ double run_scaling(uint32_t nqp, double secs) {
     } else if (warm && el >= secs) {
       g_frames_per_msg = static_cast<double>(p.a->counter(Ctr::TxFrames) + p.b->counter(Ctr::TxFrames)) /
                          static_cast<double>(done ? done : 1);
+      g_msgs = done;
       return static_cast<double>(done - done0) / el;
     }
   }
@@ -327,7 +328,8 @@ int main(int argc, char** argv) {
     if (c.rfind("scale", 0) == 0 && c.size() > 5) {  // scaleN: the QP-scaling case over N QP pairs
       const uint32_t nqp = static_cast<uint32_t>(std::atol(c.c_str() + 5));
       if (nqp == 0) return 2;
-      std::printf("%s: %.3f M msgs/s\n", only, run_scaling(nqp, secs) / 1e6);
+      const double r = run_scaling(nqp, secs);
+      std::printf("%s: %.3f M msgs/s, %llu messages\n", only, r / 1e6, static_cast<unsigned long long>(g_msgs));
       return 0;
     }
     const bool w64k = c == "write64k";
