@@ -24,7 +24,7 @@
 #   bench-size-PORT.csv  RC WRITE messages/s and Gb/s at sizes 2 B .. 64 KiB (1 s each)
 #   bench-lat-PORT.csv   WRITE ping-pong half RTT percentiles at 2 B .. 4 KiB, and
 #                        raw_ethernet_lat at 64 B .. 1 KiB frames, same run
-#   bench-qps-PORT.csv   64 B WRITE messages/s with 1, 16, 256, 4096 and 65536 QPs,
+#   bench-qps-PORT.csv   64 B WRITE messages/s with 1, 16, 256, 4096 and 65536 QPs (median of ROUNDS),
 #                        each as a ratio to one QP's
 #   bench_dataplane.sh BUILD_DIR [SECONDS] [af_packet|memif] [ROUNDS]
 set -euo pipefail
@@ -165,17 +165,25 @@ secs=$secs_saved
 # (Little's law: 131072 in flight at 1 M/s is 131 ms), longer than the
 # default ACK timeout (14: 67 ms), so every run takes --qp-timeout 18 (1.07 s).
 echo "port,qps,wrs_per_qp,mpps,ratio_to_1qp,data" >"$build/bench-qps-$ptype.csv"
-one=""
+declare -A qv qok
+for r in $(seq 1 "$rounds"); do  # rounds alternate the QP counts; each row is the median
+  for nq in 1 16 256 4096 65536; do
+    case $nq in 1) t=(-t 128) ;; 65536) t=(-t 2 --tx-depth-per-qp) ;; *) t=(-t 32 --tx-depth-per-qp) ;; esac
+    droce_perf_run "$tmp/qps-$nq.log" 1 write_bw -s 64 -D "$secs" -q "$nq" "${t[@]}" --window 128 --qp-timeout 18
+    m=$(col "$tmp/qps-$nq.log" 4)
+    case "$m" in '' | *nan*) m=0 ;; esac
+    qv[$nq]+=" $m"
+    qok[$nq]+=" $(col "$tmp/qps-$nq.log" 5)"
+  done
+done
+one=$(echo "${qv[1]}" | median)
 for nq in 1 16 256 4096 65536; do
-  case $nq in 1) t=(-t 128) ;; 65536) t=(-t 2 --tx-depth-per-qp) ;; *) t=(-t 32 --tx-depth-per-qp) ;; esac
-  droce_perf_run "$tmp/qps-$nq.log" 1 write_bw -s 64 -D "$secs" -q "$nq" "${t[@]}" --window 128 --qp-timeout 18
-  row=$(awk '$1 ~ /^[0-9]+$/ && NF >= 5 {print $4, $5}' "$tmp/qps-$nq.log" | tail -1)
-  mpps=${row% *}; ok=${row#* }
-  case "$mpps" in ''|*nan*) mpps=0; ok=FAILED ;; esac
-  [ "$nq" = 1 ] && one=$mpps
   depth=$([ "$nq" = 1 ] && echo 128 || { [ "$nq" = 65536 ] && echo 2 || echo 32; })
+  mpps=$(echo "${qv[$nq]}" | median)
+  # shellcheck disable=SC2086
+  qp_ok=$(ok_all ${qok[$nq]})
   ratio=$(awk -v a="$mpps" -v b="$one" 'BEGIN {printf "%.2f", (b > 0) ? a / b : 0}')
-  echo "$ptype,$nq,$depth,$mpps,$ratio,$ok" >>"$build/bench-qps-$ptype.csv"
-  printf '  64 B WRITE over %5d QPs (%3d WRs each): %8.3f Mpps  x%s of one QP  %s\n' "$nq" "$depth" "$mpps" "$ratio" "$ok"
+  echo "$ptype,$nq,$depth,$mpps,$ratio,$qp_ok" >>"$build/bench-qps-$ptype.csv"
+  printf '  64 B WRITE over %5d QPs (%3d WRs each): %8.3f Mpps  x%s of one QP (median of %s)  %s\n' "$nq" "$depth" "$mpps" "$ratio" "$rounds" "$qp_ok"
 done
 echo "  (sweeps: $build/bench-size-$ptype.csv, bench-lat-$ptype.csv, bench-qps-$ptype.csv; scripts/plot_bench.py draws them)"
