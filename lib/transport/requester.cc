@@ -1,6 +1,7 @@
 // Requester: SQ WQEs -> request packets (IBTA 9.4, 9.7; cf. rxe_req.c).
 //
-// State machine per call, one packet per pass:
+// A fast pass first (fast_pass: posted single-packet SEND/WRITE WQEs of one
+// SGE, one step each), then the state machine per call, one packet per pass:
 //   GetWqe -> CheckLimits -> [StartWqe] -> BuildPacket -> Advance -> GetWqe ...
 // leaving through Stop (nothing to do now: empty, window/fence/rd_atomic
 // limits, RNR wait, SQD) or Yield (budget or TX full: call again).
