@@ -1532,7 +1532,11 @@ int main(int argc, char** argv) {
                  "payloads of at least this many bytes from hugepage MRs are sent by reference (0: always copy)");
   app.add_flag("--report_gbits", o.gbits, "bandwidth in Gb/s (default MB/s)");
   app.add_option("--queues", o.queues, "RX/TX queues = core loops of this node")->check(CLI::Range(1, 8));
-  app.add_option("--qp-timeout", o.qp_timeout, "local ACK timeout exponent (4.096 us * 2^t)")->check(CLI::Range(1, 31));
+  app.add_option("--qp-timeout", o.qp_timeout,
+                 "local ACK timeout exponent (4.096 us * 2^t; default 14: 67 ms). With many WRs in flight over many "
+                 "QPs a message waits behind all the others (131072 in flight at 1 M/s: 131 ms): raise it (18: 1.07 s) "
+                 "or the QPs time out on a lossless port")
+      ->check(CLI::Range(1, 31));
   app.add_option("--fault-drop", o.f_drop, "fault injection: RX drop probability")->check(CLI::Range(0.0, 1.0));
   app.add_option("--fault-dup", o.f_dup, "fault injection: RX duplicate probability")->check(CLI::Range(0.0, 1.0));
   app.add_option("--fault-reorder", o.f_reorder, "fault injection: RX reorder probability")->check(CLI::Range(0.0, 1.0));
