@@ -259,6 +259,14 @@ uint32_t sr_resend(Engine& e, Qp& q, uint32_t budget) noexcept {
   return sent;
 }
 
+// An RC packet went out: the ACK timer runs from now unless it already runs.
+inline void arm_ack_timer(Engine& e, Qp& q) noexcept {
+  if (q.comp.deadline != 0) return;
+  const uint64_t to = verbs::ack_timeout_ns(q.attr.timeout);
+  if (to) q.comp.deadline = e.now() + to;
+  e.timer_arm(q);
+}
+
 // The fast pass (issue 12): the common case of a message rate benchmark and
 // of most small messages, one step per WQE instead of the state machine's
 // four. It takes the QP's next posted WQEs, in SQ order, while each is a SEND
@@ -318,11 +326,7 @@ uint32_t fast_pass(Engine& e, Qp& q, uint32_t budget) noexcept {
     ++q.req.idx;
     if (rc) {
       w.state = WqeState::Sent;
-      if (q.comp.deadline == 0) {
-        const uint64_t to = verbs::ack_timeout_ns(q.attr.timeout);
-        if (to) q.comp.deadline = e.now() + to;
-        e.timer_arm(q);
-      }
+      arm_ack_timer(e, q);
     } else {
       w.state = WqeState::Done;  // UC: complete when on the wire
       retire = true;
@@ -481,11 +485,7 @@ bool requester_run(Engine& e, Qp& q, uint32_t budget) noexcept {
           q.req.psn = psn_add(q.req.psn, 1);
         }
         if (wire::psn_gt(q.req.psn, q.req.next_new_psn)) q.req.next_new_psn = q.req.psn;
-        if (q.type == QpType::RC && q.comp.deadline == 0) {
-          const uint64_t to = verbs::ack_timeout_ns(q.attr.timeout);
-          if (to) q.comp.deadline = e.now() + to;
-          e.timer_arm(q);
-        }
+        if (q.type == QpType::RC) arm_ack_timer(e, q);
         if (last) {
           ++q.req.idx;
           if (q.type == QpType::RC) {
