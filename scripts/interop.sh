@@ -270,8 +270,11 @@ capture_start() {
   ip netns exec "$NS" timeout -k 5 1800 tshark -q -i "$IFACE-br" -f "udp port 4791" -a filesize:262144 -F pcap -w "$1" >"$1.tshark.log" 2>&1 &
   TSHARK_PID=$!
   local i
-  for i in $(seq 1 100); do
-    grep -q "Capturing on" "$1.tshark.log" 2>/dev/null && return 0
+  for i in $(seq 1 300); do
+    # Not "Capturing on": tshark prints that before it starts dumpcap. "Capture started" comes
+    # once dumpcap has opened the interface and set the filter (under load a client's first
+    # frame, a CM REQ, went out in between and the capture held only the peer's REJ).
+    grep -q "Capture started" "$1.tshark.log" 2>/dev/null && return 0
     sleep 0.1
   done
   echo "interop: tshark did not start capturing" >&2
