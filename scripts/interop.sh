@@ -125,7 +125,18 @@ NVMF_IN_CI=1  # the lossless NVMe-oF io case joins --ci
 NVMF_TOOL=$root/build/app/droce-nvmf/droce-nvmf
 NVMF_CFG=${INTEROP_NVMF_CONFIG:-$root/config/nvmf.toml}  # --nvmf-perf connects to its first subsystem
 NVMF_NQN=nqn.2026-12.org.droce:ram0  # config/nvmf.toml's subsystem
-NVMF_GUEST=$root/scripts/interop-nvmf-guest.sh
+# The guest sees the host's root file system, but /tmp is its own tmpfs: a tree under /tmp
+# (a CI clone) stages the scripts the guest runs where the guest sees them (the harness's work dir).
+GUEST_TREE=$root
+case $root in
+  /tmp|/tmp/*)
+    GUEST_TREE=${RXEPEER_WORK:-/var/tmp/rxe-peer}/droce-guest-scripts
+    mkdir -p "$GUEST_TREE/scripts" "$GUEST_TREE/test/interop/rxe-peer/lib"
+    cp "$root/scripts/interop-nvmf-guest.sh" "$GUEST_TREE/scripts/"
+    cp "$root/test/interop/rxe-peer/lib/nvmet-setup.sh" "$GUEST_TREE/test/interop/rxe-peer/lib/"
+    ;;
+esac
+NVMF_GUEST=$GUEST_TREE/scripts/interop-nvmf-guest.sh
 NVMF_PERF_TOOL=$root/build/app/droce-nvmf-perf/droce-nvmf-perf  # nvmf_host: droce's initiator
 NVMF_HNQN=nqn.2026-12.org.droce:interop-kernel-target        # nvmf_host: the guest kernel's subsystem
 CTL_SOCK=/run/droce/interop-ctl.sock      # as in config/interop-rxe*.toml
@@ -1210,7 +1221,7 @@ nvmf_host() { run_case run_nvmf_host "$@"; }  # nvmf_host NAME SECONDS ARGS...
 # by side with droce/kernel. Each guest's kernel log is checked for NVMe errors after each target.
 NVMF_PORT=4420
 NVMF_KNQN=nqn.2026-12.org.droce:interop-kernel-ram
-NVMETSETUP=$root/test/interop/rxe-peer/lib/nvmet-setup.sh
+NVMETSETUP=$GUEST_TREE/test/interop/rxe-peer/lib/nvmet-setup.sh
 NVMF_FIO=(--name=randread --rw=randread --bs=4k --ioengine=libaio --direct=1 --runtime=10 --time_based
           --lat_percentiles=1 --output-format=json)
 PERF_ROWS=()
