@@ -136,6 +136,7 @@ class ReactionPoint {
   void hold_stall(uint64_t now) noexcept;
   void timer_event() noexcept;
 
+  bool active_ = false;        // rate limiting in force (first: the requester reads it per send)
   Params p_{};
   Counters ctr_{};
   uint32_t rc_ = 0, rt_ = 0;   // current and target rate, kb/s
@@ -145,7 +146,6 @@ class ReactionPoint {
   uint64_t next_alpha_ns_ = 0, next_timer_ns_ = 0, last_dec_ns_ = 0;
   uint64_t next_send_ns_ = 0;
   uint64_t last_ns_ = 0;       // the last call's time (stall_hold_ns)
-  bool active_ = false;        // rate limiting in force
   bool cnp_alpha_ = false;     // a CNP since the last alpha update
   bool cnp_pending_ = false;   // a CNP inside the monitor period, not yet acted on
   bool time_inc_ = false;

@@ -44,6 +44,24 @@ void Engine::resp_ready(Qp& q) noexcept {
 
 bool Engine::idle() const noexcept { return req_head_ == req_tail_ && resp_head_ == resp_tail_ && tx_len_ == 0; }
 
+void Engine::prefetch_rx(io::PktBuf* const* b, uint16_t n) noexcept {
+  // Two passes, so the misses of each overlap: the QP table's slots of the
+  // burst's destination QPNs, then the lines each QP's packet will touch.
+  uint32_t qpn[kBurst];
+  uint8_t opc[kBurst];
+  for (uint16_t i = 0; i < n; ++i) {
+    if (!wire::peek_bth(b[i]->data, b[i]->len, opc[i], qpn[i]) || qpn[i] >= qps_.size()) {
+      qpn[i] = UINT32_MAX;
+      continue;
+    }
+    __builtin_prefetch(&qps_[qpn[i]]);
+  }
+  for (uint16_t i = 0; i < n; ++i) {
+    if (qpn[i] == UINT32_MAX) continue;
+    if (const Qp* q = qps_[qpn[i]].get()) q->prefetch_rx(wire::opcode_info(opc[i]).flags & wire::kOpRequest);
+  }
+}
+
 uint32_t Engine::poll(uint64_t now_ns) noexcept {
   now_ = now_ns > now_ ? now_ns : now_;  // time never goes back
   tx_blocked_ = false;
@@ -54,6 +72,8 @@ uint32_t Engine::poll(uint64_t now_ns) noexcept {
   // 1. Receive.
   io::PktBuf* rx_bufs[kBurst];
   const uint16_t n = io_.rx_burst(rx_bufs, kBurst);
+  const bool many = live_qps_.size() >= kPrefetchMinQps;
+  if (n > 1 && many) prefetch_rx(rx_bufs, n);
   for (uint16_t i = 0; i < n; ++i) {
     if (i + 1 < n) __builtin_prefetch(rx_bufs[i + 1]->data);
     rx(rx_bufs[i]);
@@ -72,6 +92,10 @@ uint32_t Engine::poll(uint64_t now_ns) noexcept {
   const uint64_t req_before = counter(Ctr::ReqPackets);
   for (uint32_t k = req_head_ - req_tail_; k > 0 && !tx_blocked_; --k) {
     Qp* q = req_q_[req_tail_++ & q_mask_];
+    if (many) {  // the QP two turns ahead, the next one's send queue entry (its QP lines are in)
+      if (k > 2) req_q_[(req_tail_ + 1) & q_mask_]->prefetch_tx();
+      if (k > 1) req_q_[req_tail_ & q_mask_]->prefetch_next_wqe();
+    }
     q->in_req_ready = false;
     if (requester_run(*this, *q, cfg_.pkts_per_turn)) req_ready(*q);
   }

@@ -212,6 +212,48 @@ struct Qp : verbs::QpBase {
   bool rts_like() const noexcept {
     return state == verbs::QpState::Rts || state == verbs::QpState::Sqd;
   }
+  // Prefetches (README: The fast path, twelfth session): the lines of this QP a
+  // received packet touches (a request: the responder's state; a response: the
+  // requester's and completer's), and those the requester touches to send.
+  // Issued for a burst's QPs before any of them is processed, so that with many
+  // QPs their cache misses overlap instead of coming one after another.
+  void prefetch_rx(bool request) const noexcept {
+    const char* b = reinterpret_cast<const char*>(this);
+    __builtin_prefetch(b);
+    __builtin_prefetch(b + 64);
+    __builtin_prefetch(&sq);
+    if (request) {
+      __builtin_prefetch(&resp);
+      __builtin_prefetch(reinterpret_cast<const char*>(&resp) + 64);
+    } else {
+      __builtin_prefetch(&req);
+      __builtin_prefetch(&comp);
+    }
+    __builtin_prefetch(&tx);
+    __builtin_prefetch(&tx.src);
+    __builtin_prefetch(&tw_on);
+    __builtin_prefetch(&ctr.rx_bytes);
+  }
+  void prefetch_tx() const noexcept {
+    const char* b = reinterpret_cast<const char*>(this);
+    __builtin_prefetch(b);
+    __builtin_prefetch(b + 64);
+    __builtin_prefetch(&sq);
+    __builtin_prefetch(&req);
+    __builtin_prefetch(&comp);
+    __builtin_prefetch(&tx);
+    __builtin_prefetch(&tw_on);
+    __builtin_prefetch(&ctr.tx_bytes);
+    __builtin_prefetch(&rp);  // limited(): its first byte
+  }
+  // The send queue entry the requester sends next (after prefetch_tx's lines
+  // arrived): its first two lines hold a one-SGE SEND/WRITE (verbs/queues.h).
+  void prefetch_next_wqe() const noexcept {
+    if (req.idx == sq.head) return;
+    const char* w = reinterpret_cast<const char*>(&sq.at(req.idx));
+    __builtin_prefetch(w);
+    __builtin_prefetch(w + 64);
+  }
   bool can_receive() const noexcept {
     return state == verbs::QpState::Rtr || state == verbs::QpState::Rts || state == verbs::QpState::Sqd ||
            state == verbs::QpState::Sqe;

@@ -129,6 +129,35 @@ struct ParseOptions {
 
 ParseError parse_frame(std::span<const uint8_t> frame, PacketView& out, ParseOptions opt = {}) noexcept;
 
+// The BTH opcode and destination QPN of a RoCEv2 frame, read at their offsets
+// (Ethernet [802.1Q] IPv4/IPv6 UDP to 4791) with no other check: a hint to
+// prefetch the QP a burst's frames go to before parse_frame runs on them.
+// False when the frame is not laid out as a RoCEv2 frame or is too short.
+inline bool peek_bth(const uint8_t* f, uint32_t len, uint8_t& opcode, uint32_t& dqpn) noexcept {
+  if (len < 14) return false;
+  uint32_t l2 = 14;
+  uint16_t type = static_cast<uint16_t>(f[12] << 8 | f[13]);
+  if (type == kEtherTypeVlan) {
+    if (len < 18) return false;
+    type = static_cast<uint16_t>(f[16] << 8 | f[17]);
+    l2 = 18;
+  }
+  uint32_t l3;
+  if (type == kEtherTypeIpv4) {
+    if (len < l2 + 20) return false;
+    l3 = (f[l2] & 0x0Fu) * 4;
+  } else if (type == kEtherTypeIpv6) {
+    l3 = 40;
+  } else {
+    return false;
+  }
+  const uint32_t bth = l2 + l3 + 8;
+  if (len < bth + 12 || (f[bth - 6] << 8 | f[bth - 5]) != kRoceV2Port) return false;
+  opcode = f[bth];
+  dqpn = uint32_t{f[bth + 5]} << 16 | uint32_t{f[bth + 6]} << 8 | f[bth + 7];
+  return true;
+}
+
 // ---- Building ----------------------------------------------------------
 // Size of the header stack (Ethernet .. last extension header) for h.
 size_t header_len(const Headers& h) noexcept;

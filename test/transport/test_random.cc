@@ -348,6 +348,16 @@ TEST_CASE("random mixed WRs under 5% loss reordering duplication with selective 
   CHECK(resent > 0);
 }
 
+// With many QPs (at least Engine::kPrefetchMinQps, 64, on each node) the poll
+// loop prefetches each RX burst's QPs and the requester's next QPs and send
+// queue entries: the same checks over 96 QPs, with fewer WRs each.
+TEST_CASE("random mixed WRs over 96 QPs under loss reordering duplication", "[random]") {
+  const memlink::Faults f = mixed_faults();
+  const uint64_t seed = seed_from_env(20261206);
+  const Result r = run_random(seed, 96, 40, f, 7, true);
+  CHECK(r.ok > 0);
+}
+
 TEST_CASE("random mixed WRs no faults wraparound", "[random]") {
   const Result r = run_random(seed_from_env(99), 4, 300, memlink::Faults{}, 7, true);
   CHECK(r.errors == 0);

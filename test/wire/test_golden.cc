@@ -80,6 +80,13 @@ Totals check_capture(const std::string& name) {
     ++t.packets;
     ++t.by_opcode[v.op->name];
 
+    // The prefetch hint (peek_bth) reads the same opcode and QPN as the parse.
+    uint8_t popc = 0;
+    uint32_t pqpn = 0;
+    CHECK(peek_bth(f.data(), static_cast<uint32_t>(f.size()), popc, pqpn));
+    CHECK(popc == v.h.bth.opcode);
+    CHECK(pqpn == v.h.bth.dqpn);
+
     // Fields, against Wireshark's dissector.
     CHECK(v.h.bth.opcode == num(r, "infiniband.bth.opcode"));
     CHECK(v.h.bth.se == (num(r, "infiniband.bth.se") != 0));

@@ -108,6 +108,12 @@ TEST_CASE("every opcode round-trips through build and parse, IPv4 and IPv6, with
           CHECK(v.h.l3.dst == h.l3.dst);
           CHECK(v.h.l3.ecn() == kEcnEct0);
           CHECK(v.h.l2.vlan == vlan);
+          // The prefetch hint reads the same opcode and QPN at its fixed offsets.
+          uint8_t popc = 0;
+          uint32_t pqpn = 0;
+          REQUIRE(peek_bth(f.data(), static_cast<uint32_t>(f.size()), popc, pqpn));
+          CHECK(popc == code);
+          CHECK(pqpn == 0xABCDEF);
           if (info.off_reth) CHECK(v.h.ext.reth.va == h.ext.reth.va);
           if (info.off_reth) CHECK(v.h.ext.reth.len == 4097);
           if (info.off_atomic) CHECK(v.h.ext.atomic.compare == h.ext.atomic.compare);
@@ -417,4 +423,34 @@ TEST_CASE("build_headers from a QP's template makes the bytes build_headers make
   bad.opcode = 0x15;
   std::vector<uint8_t> out(256);
   CHECK(build_headers(out, t, bad, 0) == 0);
+}
+
+TEST_CASE("peek_bth refuses what is not laid out as RoCEv2 and never reads past the frame", "[wire][packet]") {
+  for (bool ipv6 : {false, true})
+    for (bool vlan : {false, true}) {
+      INFO("ipv6=" << ipv6 << " vlan=" << vlan);
+      const Headers h = make_headers(op::RC_ACKNOWLEDGE, ipv6, vlan);
+      std::vector<uint8_t> f(frame_len(h, 0));
+      REQUIRE(build_frame(f, h, {}) == f.size());
+      const size_t bth = size_t{vlan ? 18u : 14u} + (ipv6 ? 40u : 20u) + 8u;
+      uint8_t opc = 0;
+      uint32_t qpn = 0;
+      // Every length short of the BTH's first 12 bytes is refused (a copy of
+      // exactly that length, so a read past it is caught by the sanitizers).
+      for (size_t len = 0; len < bth + 12; ++len) {
+        std::vector<uint8_t> cut(f.begin(), f.begin() + static_cast<long>(len));
+        CHECK_FALSE(peek_bth(cut.data(), static_cast<uint32_t>(len), opc, qpn));
+      }
+      std::vector<uint8_t> just(f.begin(), f.begin() + static_cast<long>(bth + 12));
+      CHECK(peek_bth(just.data(), static_cast<uint32_t>(just.size()), opc, qpn));
+      CHECK(opc == op::RC_ACKNOWLEDGE);
+      CHECK(qpn == 0xABCDEF);
+      auto other = f;  // another UDP port
+      other[bth - 5] ^= 1;
+      CHECK_FALSE(peek_bth(other.data(), static_cast<uint32_t>(other.size()), opc, qpn));
+      auto arp = f;  // another EtherType
+      arp[vlan ? 16 : 12] = 0x08;
+      arp[vlan ? 17 : 13] = 0x06;
+      CHECK_FALSE(peek_bth(arp.data(), static_cast<uint32_t>(arp.size()), opc, qpn));
+    }
 }
