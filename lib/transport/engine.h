@@ -392,7 +392,9 @@ class Engine {
   uint64_t now_ = 0;
   uint64_t last_timer_sweep_ = 0;
   size_t timer_cursor_ = 0;
-  static constexpr uint32_t kWheelSlots = 1u << 15;
+  // 2^17 ticks of 1024 ns (the default) span 134 ms: a QP armed with the default ACK
+  // timeout (67 ms, timeout 14) waits one turn, not two (README: Known limits, Timers).
+  static constexpr uint32_t kWheelSlots = 1u << 17;
   std::unique_ptr<Qp*[]> wheel_;  // slot heads (doubly linked through Qp::tw_prev/tw_next)
   uint32_t tick_shift_ = 0;       // a tick is 1 << tick_shift_ ns
   uint64_t wheel_tick_ = 0;       // the next tick whose slot is processed
