@@ -680,6 +680,14 @@ Result run_bw(Side& s, const Params& p, uint32_t size, uint64_t iters, double du
       rd_head = rd_head + 1 == nq ? 0 : rd_head + 1;
       --rd_len;
       queued[qi] = 0;
+      if (nq >= 64 && rd_len > 0) {  // the next QP's entries: with thousands of QPs they are not in the caches
+        const uint32_t nx = ready[rd_head];
+        __builtin_prefetch(&run[nx]);
+        __builtin_prefetch(&s.q[nx]);
+        __builtin_prefetch(reinterpret_cast<const char*>(&s.q[nx]) + 64);
+        __builtin_prefetch(&wr[nx]);
+        __builtin_prefetch(reinterpret_cast<const char*>(&wr[nx]) + 64);
+      }
       Run& x = run[qi];
       Side::Q& q = s.q[qi];
       verbs::SendWr& w = wr[qi];
@@ -711,6 +719,9 @@ Result run_bw(Side& s, const Params& p, uint32_t size, uint64_t iters, double du
     for (verbs::Cq* cq : s.scq) {
       int k;
       while ((k = cq->poll(wc, 32)) > 0) {
+        if (nq >= 64)  // the completions' QP entries, all at once (their misses overlap)
+          for (int j = 0; j < k; ++j)
+            if (wc[j].qp_num < s.index.size() && s.index[wc[j].qp_num] < nq) __builtin_prefetch(&run[s.index[wc[j].qp_num]]);
         for (int j = 0; j < k; ++j) {
           const uint32_t qi = wc[j].qp_num < s.index.size() ? s.index[wc[j].qp_num] : UINT32_MAX;
           if (wc[j].status != verbs::WcStatus::Success || qi >= nq) {
