@@ -56,10 +56,16 @@ void Engine::prefetch_rx(io::PktBuf* const* b, uint16_t n) noexcept {
     }
     __builtin_prefetch(&qps_[qpn[i]]);
   }
+  const Qp* qs[kBurst];
   for (uint16_t i = 0; i < n; ++i) {
-    if (qpn[i] == UINT32_MAX) continue;
-    if (const Qp* q = qps_[qpn[i]].get()) q->prefetch_rx(wire::opcode_info(opc[i]).flags & wire::kOpRequest);
+    qs[i] = qpn[i] == UINT32_MAX ? nullptr : qps_[qpn[i]].get();
+    if (qs[i]) qs[i]->prefetch_rx(wire::opcode_info(opc[i]).flags & wire::kOpRequest);
   }
+  // Then the queue entries they will read (their rings' indexes are on the
+  // lines just asked for: the first wait covers the rest): a response retires
+  // the oldest send queue entry, a SEND takes the oldest receive queue entry.
+  for (uint16_t i = 0; i < n; ++i)
+    if (qs[i]) qs[i]->prefetch_rx_wqe(wire::opcode_info(opc[i]).flags);
 }
 
 uint32_t Engine::poll(uint64_t now_ns) noexcept {

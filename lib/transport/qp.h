@@ -234,6 +234,17 @@ struct Qp : verbs::QpBase {
     __builtin_prefetch(&tw_on);
     __builtin_prefetch(&ctr.rx_bytes);
   }
+  void prefetch_rx_wqe(uint32_t op_flags) const noexcept {
+    const char* w = nullptr;
+    if (!(op_flags & wire::kOpRequest)) {
+      if (!sq.empty()) w = reinterpret_cast<const char*>(&sq.at(sq.tail));
+    } else if ((op_flags & (wire::kOpSend | wire::kOpConsumesRecv)) && !srq && !rq.empty()) {
+      w = reinterpret_cast<const char*>(&rq.at(rq.tail));
+    }
+    if (!w) return;
+    __builtin_prefetch(w);
+    __builtin_prefetch(w + 64);
+  }
   void prefetch_tx() const noexcept {
     const char* b = reinterpret_cast<const char*>(this);
     __builtin_prefetch(b);
