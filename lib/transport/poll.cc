@@ -48,24 +48,26 @@ void Engine::prefetch_rx(io::PktBuf* const* b, uint16_t n) noexcept {
   // Two passes, so the misses of each overlap: the QP table's slots of the
   // burst's destination QPNs, then the lines each QP's packet will touch.
   uint32_t qpn[kBurst];
-  uint8_t opc[kBurst];
+  uint32_t flags[kBurst];  // the opcode's (wire::OpcodeInfo::flags)
   for (uint16_t i = 0; i < n; ++i) {
-    if (!wire::peek_bth(b[i]->data, b[i]->len, opc[i], qpn[i]) || qpn[i] >= qps_.size()) {
+    uint8_t opc;
+    if (!wire::peek_bth(b[i]->data, b[i]->len, opc, qpn[i]) || qpn[i] >= qps_.size()) {
       qpn[i] = UINT32_MAX;
       continue;
     }
+    flags[i] = wire::opcode_info(opc).flags;
     __builtin_prefetch(&qps_[qpn[i]]);
   }
   const Qp* qs[kBurst];
   for (uint16_t i = 0; i < n; ++i) {
     qs[i] = qpn[i] == UINT32_MAX ? nullptr : qps_[qpn[i]].get();
-    if (qs[i]) qs[i]->prefetch_rx(wire::opcode_info(opc[i]).flags & wire::kOpRequest);
+    if (qs[i]) qs[i]->prefetch_rx(flags[i] & wire::kOpRequest);
   }
   // Then the queue entries they will read (their rings' indexes are on the
   // lines just asked for: the first wait covers the rest): a response retires
   // the oldest send queue entry, a SEND takes the oldest receive queue entry.
   for (uint16_t i = 0; i < n; ++i)
-    if (qs[i]) qs[i]->prefetch_rx_wqe(wire::opcode_info(opc[i]).flags);
+    if (qs[i]) qs[i]->prefetch_rx_wqe(flags[i]);
 }
 
 uint32_t Engine::poll(uint64_t now_ns) noexcept {
