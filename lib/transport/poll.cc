@@ -61,7 +61,7 @@ void Engine::prefetch_rx(io::PktBuf* const* b, uint16_t n) noexcept {
   const Qp* qs[kBurst];
   for (uint16_t i = 0; i < n; ++i) {
     qs[i] = qpn[i] == UINT32_MAX ? nullptr : qps_[qpn[i]].get();
-    if (qs[i]) qs[i]->prefetch_rx(flags[i] & wire::kOpRequest);
+    if (qs[i]) qs[i]->prefetch_rx(flags[i]);
   }
   // Then the queue entries they will read (their rings' indexes are on the
   // lines just asked for: the first wait covers the rest): a response retires

@@ -64,8 +64,8 @@ struct ReqState {
   // A local operation (BIND_MW / LOCAL_INV) at SQ index halt_idx failed: the
   // requester starts nothing at or after it (earlier WQEs still finish, and
   // retransmit); the completer reports it in order and moves the QP to error.
-  bool halted = false;
   uint32_t halt_idx = 0;
+  bool halted = false;
   // Selective repeat toward this QP's peer (EngineConfig::selective_repeat and
   // the peer known to run it: sr_peers, or a marked request from it).
   bool sr_tx = false;
@@ -104,43 +104,45 @@ struct RespResource {
   // deregistered between two packets is never read (remote access NAK instead).
 };
 
-// Responder (responder.cc).
+// Responder (responder.cc). A SEND's or WRITE's packet reads and writes the
+// fields before `recv` only (one cache line with Qp::in_resp_ready); the
+// receive WQE taken, the READ/atomic resources and selective repeat follow.
 struct RespState {
   uint32_t psn = 0;  // expected PSN
   uint32_t msn = 0;
   bool in_msg = false;  // between FIRST and LAST of a SEND or WRITE
   bool in_write = false;
   bool nak_sent = false;  // a NAK (sequence/RNR) is outstanding for `psn`
-  // Current SEND: the receive WQE taken at FIRST/ONLY.
-  bool have_recv = false;
-  verbs::RecvWqe recv;
+  bool have_recv = false;  // `recv` holds the current SEND's receive WQE
   uint32_t recv_off = 0;
   // Current WRITE: the rkey and address of its next byte, looked up again for
   // every packet (never a host pointer kept across packets: the MR may be
   // deregistered between two packets of a message).
   uint32_t write_rkey = 0;
-  uint64_t write_va = 0;
   uint32_t write_len = 0;
   uint32_t write_off = 0;
   // Coalesced ACK/NAK waiting to be sent (after any pending read responses).
+  uint32_t ack_psn = 0;
+  uint64_t write_va = 0;
   bool ack_pending = false;
   uint8_t ack_syndrome = 0;
-  uint32_t ack_psn = 0;
+  // Selective repeat (the bitmap itself is in Qp::sr): whether a SACK is owed,
+  // a marked go-back NAK sent for psn, the pending NAK marked.
+  bool sr_sack = false;
+  bool sr_nak_sent = false;
+  bool ack_sr = false;
+  // Resource indexes waiting to send, FIFO (kMaxRdAtomic entries, allocated with res).
+  uint32_t emit_head = 0, emit_tail = 0;
+  // Current SEND: the receive WQE taken at FIRST/ONLY.
+  verbs::RecvWqe recv;
   // Resources and their send order. The array exists from RTR on for an RC QP
   // (Engine::modify_qp sizes it to max_dest_rd_atomic, growing only): a QP
   // before RTR, UC and UD have none, so an idle QP does not carry 16 of them.
   std::unique_ptr<RespResource[]> res;
   uint32_t res_cap = 0;                   // entries in res (>= max_dest_rd_atomic from RTR on)
   uint32_t res_next = 0;                  // slot the next READ/atomic takes
-  // Resource indexes waiting to send, FIFO (kMaxRdAtomic entries, allocated with res).
   std::unique_ptr<uint8_t[]> emit_q;
-  uint32_t emit_head = 0, emit_tail = 0;
-  // Selective repeat (the bitmap itself is in Qp::sr): PSNs held ahead of psn,
-  // whether a SACK is owed, a marked go-back NAK sent for psn, the pending NAK marked.
-  uint32_t sr_count = 0;
-  bool sr_sack = false;
-  bool sr_nak_sent = false;
-  bool ack_sr = false;
+  uint32_t sr_count = 0;  // selective repeat: PSNs held ahead of psn
 };
 
 // Per-QP counters (the engine thread writes them; the control path reads a
@@ -170,14 +172,38 @@ struct QpCounters {
   uint64_t sr_sacks_sent = 0;
 };
 
+// The lines a message touches (README: The fast path, thirteenth session).
+// QpBase fills the first three: what every packet reads and the send queue,
+// the attributes a packet reads, the receive queue. Then: a sender's line
+// (requester state, timer wheel entry), the completer's line (with the DCQCN
+// flag the requester reads per packet), the four counters every packet
+// bumps, the responder's line, the header template; the rest is read on
+// events only. test_engine checks which fields share a line.
 struct Qp : verbs::QpBase {
   Qp(uint32_t qpn_, const verbs::QpInitAttr& init) : QpBase(qpn_, init) {}
 
-  // Each role's state starts on its own cache line: the requester and completer
-  // touch req/comp per packet sent or acknowledged, the responder resp per request.
   alignas(64) ReqState req;
+  // The engine's timer wheel (Engine::timer_arm): the time the QP's entry is
+  // due (never later than comp.deadline / rnr_until while those are armed),
+  // its slot list, its slot, whether it is on one. Kept apart from CompState,
+  // which is reset whole.
+  uint64_t tw_at = 0;
+  Qp* tw_prev = nullptr;
+  Qp* tw_next = nullptr;
+  uint32_t tw_slot = 0;
+  bool tw_on = false;
+  bool in_req_ready = false;
   alignas(64) CompState comp;
-  alignas(64) RespState resp;
+  // DCQCN reaction point (EngineConfig::dcqcn; RC and UC): limited only after
+  // a CNP, so an unmarked fabric never consults more than its flag, which
+  // follows `comp` on its line.
+  dcqcn::ReactionPoint rp;
+  QpCounters ctr;  // its first four (packets and bytes each way) on one line
+  alignas(64) bool in_resp_ready = false;
+  RespState resp;
+  // RC/UC: the prebuilt header of every packet to the peer, built at RTR (and
+  // when ECN marking changes); UD: only the source MAC.
+  alignas(64) wire::TxTemplate tx;
   // Selective repeat (EngineConfig::selective_repeat, RC): allocated at RTR, so
   // a node with it off carries one pointer per QP. Touched only after a loss.
   struct Sr {
@@ -185,25 +211,8 @@ struct Qp : verbs::QpBase {
     SrResp resp;
   };
   std::unique_ptr<Sr> sr;
-  // RC/UC: the prebuilt header of every packet to the peer, built at RTR (and
-  // when ECN marking changes); UD: only the source MAC.
-  alignas(64) wire::TxTemplate tx;
-  // The engine's timer wheel (Engine::timer_arm): whether the QP is on a slot,
-  // the time its entry is due (never later than comp.deadline / rnr_until while
-  // those are armed), and its slot list. Kept apart from CompState, which is reset whole.
-  bool tw_on = false;
-  uint32_t tw_slot = 0;
-  uint64_t tw_at = 0;
-  Qp* tw_prev = nullptr;
-  Qp* tw_next = nullptr;
-  bool in_req_ready = false;
-  bool in_resp_ready = false;
   uint64_t last_cnp_ns = 0;
   bool cnp_ever = false;
-  QpCounters ctr;
-  // DCQCN reaction point (EngineConfig::dcqcn; RC and UC): limited only after
-  // a CNP, so an unmarked fabric never consults more than its flag.
-  dcqcn::ReactionPoint rp;
 
   void count_tx(uint32_t payload) noexcept {
     ++ctr.tx_packets;
@@ -212,27 +221,26 @@ struct Qp : verbs::QpBase {
   bool rts_like() const noexcept {
     return state == verbs::QpState::Rts || state == verbs::QpState::Sqd;
   }
-  // Prefetches (README: The fast path, twelfth session): the lines of this QP a
-  // received packet touches (a request: the responder's state; a response: the
-  // requester's and completer's), and those the requester touches to send.
-  // Issued for a burst's QPs before any of them is processed, so that with many
-  // QPs their cache misses overlap instead of coming one after another.
-  void prefetch_rx(bool request) const noexcept {
+  // Prefetches (README: The fast path, twelfth and thirteenth sessions): the
+  // lines of this QP a received packet touches (a request: the responder's
+  // line, and the receive queue's for a SEND; a response: the requester's and
+  // completer's), and those the requester touches to send. Issued for a
+  // burst's QPs before any of them is processed, so that with many QPs their
+  // cache misses overlap instead of coming one after another. The header
+  // template's first line only: an IPv6 or VLAN path's second line comes on demand.
+  void prefetch_rx(uint32_t op_flags) const noexcept {
     const char* b = reinterpret_cast<const char*>(this);
     __builtin_prefetch(b);
     __builtin_prefetch(b + 64);
-    __builtin_prefetch(&sq);
-    if (request) {
-      __builtin_prefetch(&resp);
-      __builtin_prefetch(reinterpret_cast<const char*>(&resp) + 64);
+    if (op_flags & wire::kOpRequest) {
+      __builtin_prefetch(&in_resp_ready);
+      if (op_flags & (wire::kOpSend | wire::kOpConsumesRecv)) __builtin_prefetch(&rq);
     } else {
       __builtin_prefetch(&req);
       __builtin_prefetch(&comp);
     }
     __builtin_prefetch(&tx);
-    __builtin_prefetch(&tx.src);
-    __builtin_prefetch(&tw_on);
-    __builtin_prefetch(&ctr.rx_bytes);
+    __builtin_prefetch(&ctr);
   }
   void prefetch_rx_wqe(uint32_t op_flags) const noexcept {
     const char* w = nullptr;
@@ -249,13 +257,10 @@ struct Qp : verbs::QpBase {
     const char* b = reinterpret_cast<const char*>(this);
     __builtin_prefetch(b);
     __builtin_prefetch(b + 64);
-    __builtin_prefetch(&sq);
     __builtin_prefetch(&req);
-    __builtin_prefetch(&comp);
+    __builtin_prefetch(&comp);  // and rp's flag
     __builtin_prefetch(&tx);
-    __builtin_prefetch(&tw_on);
-    __builtin_prefetch(&ctr.tx_bytes);
-    __builtin_prefetch(&rp);  // limited(): its first byte
+    __builtin_prefetch(&ctr);
   }
   // The send queue entry the requester sends next (after prefetch_tx's lines
   // arrived): its first two lines hold a one-SGE SEND/WRITE (verbs/queues.h).

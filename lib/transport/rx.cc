@@ -118,7 +118,7 @@ void Engine::rx(io::PktBuf* b) noexcept {
   }
   // A connection takes packets only from its peer, to the address it uses
   // (rxe check_addr): a stranger's frames never reach its state machine.
-  if (q->type != verbs::QpType::UD && (pkt.h.l3.src != q->tx.dst || pkt.h.l3.dst != q->tx.src)) {
+  if (q->type != verbs::QpType::UD && !q->tx.from_peer(pkt.h.l3)) {
     count(Ctr::RxBadSrcAddr);
     return;
   }

@@ -48,11 +48,11 @@ int Srq::post(const RecvWr& wr) noexcept {
 QpBase::QpBase(uint32_t qpn_, const QpInitAttr& init)
     : qpn(qpn_),
       type(init.qp_type),
+      sq_sig_all(init.sq_sig_all),
       pd(init.pd),
       send_cq(init.send_cq),
       recv_cq(init.recv_cq),
       srq(init.srq),
-      sq_sig_all(init.sq_sig_all),
       sq(init.cap.max_send_wr),
       rq(init.srq ? 1 : init.cap.max_recv_wr) {
   attr.cap = init.cap;

@@ -153,17 +153,20 @@ class QpBase {
   int post_send(const SendWr& wr) noexcept;
   int post_recv(const RecvWr& wr) noexcept;
 
+  // In the order the datapath reads them: what every packet of the QP reads
+  // and the send queue on the first cache line, the attributes a packet reads
+  // on the second (QpAttr's first fields), the receive queue after them.
   uint32_t qpn;
   QpType type;
+  bool sq_sig_all;
+  QpState state = QpState::Reset;
   uint32_t pd;
+  uint32_t mtu = 1024;  // path MTU in bytes
   Cq* send_cq;
   Cq* recv_cq;
   Srq* srq;
-  bool sq_sig_all;
-  QpState state = QpState::Reset;
-  QpAttr attr;
-  uint32_t mtu = 1024;  // path MTU in bytes
   Ring<SendWqe> sq;     // head: posted; tail: retired by the completer
+  QpAttr attr;
   Ring<RecvWqe> rq;     // head: posted; tail: consumed by the responder
 };
 

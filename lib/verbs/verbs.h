@@ -217,19 +217,13 @@ struct QpCap {
   uint32_t max_inline_data = kMaxInline;
 };
 
-// struct ibv_qp_attr (the fields RoCE uses).
+// struct ibv_qp_attr (the fields RoCE uses). The fields the datapath reads per
+// packet come first (the timers' codes, the access flags, the peer's QPN, the
+// caps post_send checks): a QP keeps them on one cache line (QpBase).
 struct QpAttr {
   QpState qp_state = QpState::Reset;
   QpState cur_qp_state = QpState::Reset;
   Mtu path_mtu = Mtu::M1024;
-  uint32_t qkey = 0;
-  uint32_t rq_psn = 0;
-  uint32_t sq_psn = 0;
-  uint32_t dest_qp_num = 0;
-  uint32_t qp_access_flags = 0;
-  QpCap cap;
-  Ah ah_attr;
-  uint16_t pkey_index = 0;
   uint8_t sq_draining = 0;
   uint8_t max_rd_atomic = 1;
   uint8_t max_dest_rd_atomic = 1;
@@ -238,6 +232,14 @@ struct QpAttr {
   uint8_t timeout = 14;
   uint8_t retry_cnt = 7;
   uint8_t rnr_retry = 7;
+  uint16_t pkey_index = 0;
+  uint32_t qkey = 0;
+  uint32_t dest_qp_num = 0;
+  uint32_t qp_access_flags = 0;
+  QpCap cap;
+  uint32_t rq_psn = 0;
+  uint32_t sq_psn = 0;
+  Ah ah_attr;
 };
 
 // IBTA 9.7.5.2.8 table 45: RNR NAK timer field -> nanoseconds. Code 0 is 655.36 ms.

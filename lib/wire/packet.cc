@@ -444,8 +444,10 @@ size_t build_headers(std::span<uint8_t> out, const TxTemplate& t, const PacketFi
   const size_t bth = t.bth_off();
   const size_t hlen = bth + op.hdr_len;
   uint8_t* p = out.data();
-  if (out.size() >= kTemplateBytes) {
-    std::memcpy(p, t.bytes, kTemplateBytes);  // a fixed size: a few vector moves
+  if (bth + sizeof(Bth) <= kTemplateLine && out.size() >= kTemplateLine) {
+    std::memcpy(p, t.bytes, kTemplateLine);  // fixed sizes: a few vector moves, one cache line of t
+  } else if (out.size() >= kTemplateBytes) {
+    std::memcpy(p, t.bytes, kTemplateBytes);
   } else {
     if (out.size() < hlen) return 0;
     std::memcpy(p, t.bytes, bth + sizeof(Bth));

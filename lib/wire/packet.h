@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <span>
 
 #include "wire/headers.h"
@@ -205,25 +206,41 @@ struct PacketFields {
 
 // Ethernet [+ 802.1Q] + IPv6 + UDP + BTH = 78 bytes at most.
 inline constexpr size_t kTemplateBytes = 80;
+// The header bytes a TxTemplate holds on its first cache line (after its 8
+// bytes of fields): an IPv4 path's Ethernet .. BTH without a VLAN tag (54).
+inline constexpr size_t kTemplateLine = 56;
 
 // A connected QP's header bytes, built once when its path is set (RTR, or a
 // change of ECN marking): Ethernet .. BTH with the lengths, the IPv4 checksum
 // and the per-packet BTH fields zero. A packet copies them and patches those
 // in: the IPv4 checksum incrementally from the sum of the fixed words.
+//
+// The fields come first and the bytes right after them, so that a packet on an
+// IPv4 path without a VLAN tag (54 header bytes) reads one cache line of it
+// (kTemplateLine), and so does from_peer's check of a received one.
 struct TxTemplate {
-  alignas(16) uint8_t bytes[kTemplateBytes]{};
-  Gid src{};  // the path's addresses (IPv4-mapped for IPv4), for checks on receive
-  Gid dst{};
   uint32_t ip_sum = 0;  // IPv4: ones' complement sum of the header's 16-bit words as they lie in memory
   uint8_t l2_len = 0;   // Ethernet [+ 802.1Q]
   uint8_t l3_len = 0;   // IPv4 or IPv6 header
   bool ipv6 = false;
   uint8_t bth_flags = 0;  // the BTH's MigReq and TVer bits
+  uint8_t bytes[kTemplateBytes]{};
+  Gid src{};  // the path's addresses (IPv4-mapped for IPv4)
+  Gid dst{};
 
   size_t bth_off() const noexcept { return size_t{l2_len} + l3_len + 8; }
   uint8_t tos() const noexcept {  // IPv4 TOS or IPv6 traffic class
     const uint8_t* ip = bytes + l2_len;
     return ipv6 ? static_cast<uint8_t>((ip[0] & 0x0F) << 4 | ip[1] >> 4) : ip[1];
+  }
+  // Whether a received packet's addresses are this path's, reversed: its
+  // source the path's destination and its destination the path's source, of
+  // the same IP version (rxe check_addr). Reads the addresses in the header bytes.
+  bool from_peer(const L3Fields& l3) const noexcept {
+    if (l3.ipv6 != ipv6) return false;
+    const uint8_t* ip = bytes + l2_len;
+    if (ipv6) return std::memcmp(ip + 8, l3.dst.data(), 16) == 0 && std::memcmp(ip + 24, l3.src.data(), 16) == 0;
+    return std::memcmp(ip + 12, &l3.dst[12], 4) == 0 && std::memcmp(ip + 16, &l3.src[12], 4) == 0;
   }
   MacAddr src_mac() const noexcept {
     MacAddr m;
@@ -231,6 +248,8 @@ struct TxTemplate {
     return m;
   }
 };
+
+static_assert(offsetof(TxTemplate, bytes) + kTemplateLine == 64, "TxTemplate: the IPv4 header bytes on its first line");
 
 // The template of h's Ethernet .. UDP fields and its BTH's fixed fields.
 void make_template(TxTemplate& t, const Headers& h) noexcept;

@@ -46,9 +46,15 @@ TEST_CASE("hardening: a stranger's packets never reach a connection", "[hardenin
   w.l3.dst = gid_of(9);
   w.ext.reth = {target.addr(), target.key, 64};
   d.send(w, data);
+  // The peer's addresses, IPv4-mapped, in an IPv6 packet: another IP version
+  // than the path's is not the peer either (rxe check_addr compares per family).
+  w = d.hdr(wire::op::RC_WRITE_ONLY, kRqPsn);
+  w.l3.ipv6 = true;
+  w.ext.reth = {target.addr(), target.key, 64};
+  d.send(w, data);
   auto out = d.run();
   CHECK(out.empty());
-  CHECK(d.dut.eng->counter(Ctr::RxBadSrcAddr) == 3);
+  CHECK(d.dut.eng->counter(Ctr::RxBadSrcAddr) == 4);
   CHECK(d.q().state == QpState::Rts);
   CHECK(d.q().resp.psn == kRqPsn);
   CHECK(d.q().ctr.rx_packets == 0);
