@@ -680,13 +680,25 @@ Result run_bw(Side& s, const Params& p, uint32_t size, uint64_t iters, double du
       rd_head = rd_head + 1 == nq ? 0 : rd_head + 1;
       --rd_len;
       queued[qi] = 0;
-      if (nq >= 64 && rd_len > 0) {  // the next QP's entries: with thousands of QPs they are not in the caches
-        const uint32_t nx = ready[rd_head];
-        __builtin_prefetch(&run[nx]);
-        __builtin_prefetch(&s.q[nx]);
-        __builtin_prefetch(reinterpret_cast<const char*>(&s.q[nx]) + 64);
-        __builtin_prefetch(&wr[nx]);
-        __builtin_prefetch(reinterpret_cast<const char*>(&wr[nx]) + 64);
+      if (nq >= 64 && rd_len > 0) {
+        // With thousands of QPs nothing of the next ones is in the caches: a
+        // pipeline over the FIFO, each stage reading what the one before asked
+        // for. Three QPs ahead this program's entries, two ahead the engine's
+        // QP lines (through the handle), one ahead the send queue entry.
+        auto ahead = [&](size_t k) {
+          const size_t i = rd_head + k;
+          return ready[i < nq ? i : i - nq];
+        };
+        if (rd_len > 2) {
+          const uint32_t n3 = ahead(2);
+          __builtin_prefetch(&run[n3]);
+          __builtin_prefetch(&s.q[n3]);
+          __builtin_prefetch(reinterpret_cast<const char*>(&s.q[n3]) + 64);
+          __builtin_prefetch(&wr[n3]);
+          __builtin_prefetch(reinterpret_cast<const char*>(&wr[n3]) + 64);
+        }
+        if (rd_len > 1) engine::Embedded::prefetch_post(s.q[ahead(1)].h);
+        engine::Embedded::prefetch_post_wqe(s.q[ahead(0)].h);
       }
       Run& x = run[qi];
       Side::Q& q = s.q[qi];

@@ -171,6 +171,7 @@ QpHandle Embedded::create_qp(uint32_t pd, const QpOptions& o) {
       out->err = "embedded droce: create_qp: errno " + std::to_string(rc);
       return;
     }
+    q.qp = q.eng->qp(q.qpn);
     verbs::QpAttr a;
     a.qp_state = verbs::QpState::Init;
     a.pkey_index = 0;
@@ -270,6 +271,7 @@ int Embedded::destroy_qp(QpHandle& qp) {
   auto rc = std::make_shared<int>(ETIMEDOUT);
   dp_->run_on(qp.core, [rc, eng = qp.eng, qpn = qp.qpn](CoreLoop&) { *rc = eng->destroy_qp(qpn); });
   qp.eng = nullptr;
+  qp.qp = nullptr;
   return *rc;
 }
 

@@ -26,6 +26,7 @@
 // poller installed with dataplane().add_poller).
 #pragma once
 
+#include <cerrno>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -95,6 +96,7 @@ struct QpHandle {
   uint32_t qpn = 0;
   uint32_t pd = 0;
   transport::Engine* eng = nullptr;
+  transport::Qp* qp = nullptr;  // the engine's QP (post_send/post_recv skip the QPN lookup); null after destroy_qp
   verbs::Cq* scq = nullptr;
   verbs::Cq* rcq = nullptr;
   QpOptions opt;
@@ -151,8 +153,21 @@ class Embedded {
   // ARP / ND, polling meanwhile (up to 3 s). 0 or errno.
   int connect(QpHandle& qp, const cm::QpParams& p, const wire::MacAddr& mac = {});
   int destroy_qp(QpHandle& qp);
-  int post_send(const QpHandle& qp, const verbs::SendWr& wr) noexcept { return qp.eng->post_send(qp.qpn, wr); }
-  int post_recv(const QpHandle& qp, const verbs::RecvWr& wr) noexcept { return qp.eng->post_recv(qp.qpn, wr); }
+  int post_send(const QpHandle& qp, const verbs::SendWr& wr) noexcept {
+    return qp.qp ? qp.eng->post_send(*qp.qp, wr) : EINVAL;
+  }
+  int post_recv(const QpHandle& qp, const verbs::RecvWr& wr) noexcept {
+    return qp.qp ? qp.eng->post_recv(*qp.qp, wr) : EINVAL;
+  }
+  // A program posting to many QPs in an order it knows ahead (droce-perf's
+  // QP FIFO): prefetch_post a few posts before a post to qp, prefetch_post_wqe
+  // one post before (transport::Engine::prefetch_post). Hints only.
+  static void prefetch_post(const QpHandle& qp) noexcept {
+    if (qp.qp) transport::Engine::prefetch_post(*qp.qp);
+  }
+  static void prefetch_post_wqe(const QpHandle& qp) noexcept {
+    if (qp.qp) transport::Engine::prefetch_post_wqe(*qp.qp);
+  }
   // Resolves a peer's MAC (ARP / ND), polling meanwhile. False after timeout_ms.
   bool resolve(const wire::Gid& ip, wire::MacAddr& mac, uint32_t timeout_ms = 3000);
 

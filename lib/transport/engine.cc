@@ -372,21 +372,27 @@ int Engine::query_qp(uint32_t qpn, verbs::QpAttr* attr) const noexcept {
 
 int Engine::post_send(uint32_t qpn, const verbs::SendWr& wr) noexcept {
   Qp* q = qp(qpn);
-  if (!q) return EINVAL;
-  if (int rc = q->post_send(wr)) return rc;
-  if (q->state == QpState::Err || q->state == QpState::Sqe) {
-    flush_queues(*q, q->state == QpState::Sqe);
-  } else if (q->state == QpState::Rts) {
-    if (!send_inline(*q)) req_ready(*q);
+  return q ? post_send(*q, wr) : EINVAL;
+}
+
+int Engine::post_send(Qp& q, const verbs::SendWr& wr) noexcept {
+  if (int rc = q.post_send(wr)) return rc;
+  if (q.state == QpState::Err || q.state == QpState::Sqe) {
+    flush_queues(q, q.state == QpState::Sqe);
+  } else if (q.state == QpState::Rts) {
+    if (!send_inline(q)) req_ready(q);
   }
   return 0;
 }
 
 int Engine::post_recv(uint32_t qpn, const verbs::RecvWr& wr) noexcept {
   Qp* q = qp(qpn);
-  if (!q) return EINVAL;
-  if (int rc = q->post_recv(wr)) return rc;
-  if (q->state == QpState::Err) flush_queues(*q);
+  return q ? post_recv(*q, wr) : EINVAL;
+}
+
+int Engine::post_recv(Qp& q, const verbs::RecvWr& wr) noexcept {
+  if (int rc = q.post_recv(wr)) return rc;
+  if (q.state == QpState::Err) flush_queues(q);
   return 0;
 }
 

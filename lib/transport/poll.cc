@@ -100,9 +100,11 @@ uint32_t Engine::poll(uint64_t now_ns) noexcept {
   const uint64_t req_before = counter(Ctr::ReqPackets);
   for (uint32_t k = req_head_ - req_tail_; k > 0 && !tx_blocked_; --k) {
     Qp* q = req_q_[req_tail_++ & q_mask_];
-    if (many) {  // the QP two turns ahead, the next one's send queue entry (its QP lines are in)
-      if (k > 2) req_q_[(req_tail_ + 1) & q_mask_]->prefetch_tx();
-      if (k > 1) req_q_[req_tail_ & q_mask_]->prefetch_next_wqe();
+    if (many) {  // a pipeline: the QP three turns ahead, the send queue entry of the one two
+                 // ahead (its QP lines are in), the payload of the next one (its entry is in)
+      if (k > 3) req_q_[(req_tail_ + 2) & q_mask_]->prefetch_tx();
+      if (k > 2) req_q_[(req_tail_ + 1) & q_mask_]->prefetch_next_wqe();
+      if (k > 1) req_q_[req_tail_ & q_mask_]->prefetch_payload();
     }
     q->in_req_ready = false;
     if (requester_run(*this, *q, cfg_.pkts_per_turn)) req_ready(*q);

@@ -245,6 +245,8 @@ struct Qp : verbs::QpBase {
   void prefetch_rx_wqe(uint32_t op_flags) const noexcept {
     const char* w = nullptr;
     if (!(op_flags & wire::kOpRequest)) {
+      // A coalesced ACK retires several: the next one's state too (its first line).
+      if (sq.count() > 1) __builtin_prefetch(&sq.at(sq.tail + 1));
       if (!sq.empty()) w = reinterpret_cast<const char*>(&sq.at(sq.tail));
     } else if ((op_flags & (wire::kOpSend | wire::kOpConsumesRecv)) && !srq && !rq.empty()) {
       w = reinterpret_cast<const char*>(&rq.at(rq.tail));
@@ -262,6 +264,21 @@ struct Qp : verbs::QpBase {
     __builtin_prefetch(&tx);
     __builtin_prefetch(&ctr);
   }
+  // A post (Engine::prefetch_post): line 0 (state, the send queue's ring),
+  // line 1 (the caps it checks), the requester's line (in_req_ready); then the
+  // entry it will write, for writing.
+  void prefetch_post() const noexcept {
+    const char* b = reinterpret_cast<const char*>(this);
+    __builtin_prefetch(b, 1);
+    __builtin_prefetch(b + 64);
+    __builtin_prefetch(&req, 1);
+  }
+  void prefetch_post_wqe() const noexcept {
+    if (sq.full()) return;
+    const char* w = reinterpret_cast<const char*>(&sq.at(sq.head));
+    __builtin_prefetch(w, 1);
+    __builtin_prefetch(w + 64, 1);
+  }
   // The send queue entry the requester sends next (after prefetch_tx's lines
   // arrived): its first two lines hold a one-SGE SEND/WRITE (verbs/queues.h).
   void prefetch_next_wqe() const noexcept {
@@ -269,6 +286,15 @@ struct Qp : verbs::QpBase {
     const char* w = reinterpret_cast<const char*>(&sq.at(req.idx));
     __builtin_prefetch(w);
     __builtin_prefetch(w + 64);
+  }
+  // Then (the entry's lines arrived) the first bytes of its payload, at the
+  // SGE's address: where an MR registered at its own address (ibv_reg_mr's
+  // case) holds them. A hint only: the copy still goes through the MR lookup.
+  void prefetch_payload() const noexcept {
+    if (req.idx == sq.head) return;
+    const verbs::SendWqe& w = sq.at(req.idx);
+    if (w.is_inline || w.wr.num_sge == 0) return;
+    __builtin_prefetch(reinterpret_cast<const void*>(static_cast<uintptr_t>(w.wr.sg_list[0].addr)));
   }
   bool can_receive() const noexcept {
     return state == verbs::QpState::Rtr || state == verbs::QpState::Rts || state == verbs::QpState::Sqd ||

@@ -675,6 +675,14 @@ TEST_CASE("embedded: the port's RDMA CM (Embedded::cm) connects two nodes and th
   REQUIRE(wait(eb, cm::EventType::Disconnected, nullptr));
   CHECK(a.gsi()->counter(cm::GsiCtr::RxShort) == 0);
   CHECK(a.cm().counter(cm::CmCtr::RxBad) == 0);
+  // A handle posts to its engine's QP without a lookup (QpHandle::qp); once
+  // the QP is destroyed it posts nothing (EINVAL, as an unknown QPN did).
+  REQUIRE(a.destroy_qp(qa) == 0);
+  CHECK(qa.qp == nullptr);
+  CHECK(a.post_send(qa, w) == EINVAL);
+  CHECK(a.post_recv(qa, r) == EINVAL);
+  engine::Embedded::prefetch_post(qa);  // hints: nothing to ask for
+  engine::Embedded::prefetch_post_wqe(qa);
 }
 
 TEST_CASE("dataplane: loopback: QPs of one port talk through the dataplane, not the wire (RC all opcodes, UD, QP on another core)") {
