@@ -178,7 +178,7 @@ struct QpCounters {
 // (requester state, timer wheel entry), the completer's line (with the DCQCN
 // flag the requester reads per packet), the four counters every packet
 // bumps, the responder's line, the header template; the rest is read on
-// events only. test_engine checks which fields share a line.
+// events only. test/transport/test_layout.cc checks which fields share a line.
 struct Qp : verbs::QpBase {
   Qp(uint32_t qpn_, const verbs::QpInitAttr& init) : QpBase(qpn_, init) {}
 

@@ -443,13 +443,13 @@ size_t build_headers(std::span<uint8_t> out, const TxTemplate& t, const PacketFi
   if (!op.valid()) return 0;
   const size_t bth = t.bth_off();
   const size_t hlen = bth + op.hdr_len;
+  if (out.size() < hlen) return 0;
   uint8_t* p = out.data();
   if (bth + sizeof(Bth) <= kTemplateLine && out.size() >= kTemplateLine) {
     std::memcpy(p, t.bytes, kTemplateLine);  // fixed sizes: a few vector moves, one cache line of t
   } else if (out.size() >= kTemplateBytes) {
     std::memcpy(p, t.bytes, kTemplateBytes);
   } else {
-    if (out.size() < hlen) return 0;
     std::memcpy(p, t.bytes, bth + sizeof(Bth));
   }
   const uint8_t pad = (op.flags & kOpPayload) ? pad_for(payload_len) : 0;

@@ -1,6 +1,7 @@
 #include <catch2/catch.hpp>
 
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "wire/icrc.h"
@@ -406,7 +407,7 @@ TEST_CASE("build_headers from a QP's template makes the bytes build_headers make
               std::vector<uint8_t> got(room, 0xEE);
               const size_t hl = build_headers(got, t, f, plen);
               REQUIRE(hl == header_len(h));
-              std::memcpy(got.data() + hl, payload.data(), plen);
+              if (plen) std::memcpy(got.data() + hl, payload.data(), plen);  // no null source
               REQUIRE(finish_frame(got, s, plen) == want.size());
               got.resize(want.size());
               CHECK(got == want);
@@ -423,6 +424,53 @@ TEST_CASE("build_headers from a QP's template makes the bytes build_headers make
   bad.opcode = 0x15;
   std::vector<uint8_t> out(256);
   CHECK(build_headers(out, t, bad, 0) == 0);
+  // A buffer shorter than the headers gets nothing, whichever fixed-size copy
+  // its size would allow (exact-size buffers: a write past one shows under the sanitizers).
+  for (bool ipv6 : {false, true})
+    for (bool vlan : {false, true})
+      for (uint8_t opc : {op::RC_SEND_ONLY, op::RC_WRITE_ONLY_IMM, op::RC_COMPARE_SWAP, op::RC_READ_RESPONSE_ONLY}) {
+        const Headers path = make_headers(op::RC_SEND_ONLY, ipv6, vlan);
+        TxTemplate tt;
+        make_template(tt, path);
+        PacketFields f;
+        f.opcode = opc;
+        Headers h = path;
+        apply_fields(h, f);
+        const size_t hl = header_len(h);
+        for (size_t len = 1; len < hl; ++len) {
+          std::vector<uint8_t> small(len);
+          CHECK(build_headers(small, tt, f, 0) == 0);
+        }
+        std::vector<uint8_t> exact(hl);
+        CHECK(build_headers(exact, tt, f, 0) == hl);
+      }
+}
+
+TEST_CASE("TxTemplate::from_peer: the path's addresses reversed, of the path's IP version", "[wire][packet][template]") {
+  for (bool ipv6 : {false, true})
+    for (bool vlan : {false, true}) {
+      INFO("ipv6=" << ipv6 << " vlan=" << vlan);
+      const Headers path = make_headers(op::RC_SEND_ONLY, ipv6, vlan);
+      REQUIRE(path.l3.src != path.l3.dst);
+      TxTemplate t;
+      make_template(t, path);
+      L3Fields back = path.l3;
+      std::swap(back.src, back.dst);
+      CHECK(t.from_peer(back));
+      CHECK_FALSE(t.from_peer(path.l3));  // our own packet, not reversed
+      for (size_t i : {size_t{0}, size_t{12}, size_t{15}}) {
+        if (!ipv6 && i < 12) continue;  // an IPv4 packet's GIDs are IPv4-mapped: only the address counts
+        L3Fields x = back;
+        x.src[i] ^= 1;
+        CHECK_FALSE(t.from_peer(x));
+        x = back;
+        x.dst[i] ^= 1;
+        CHECK_FALSE(t.from_peer(x));
+      }
+      L3Fields other = back;
+      other.ipv6 = !ipv6;
+      CHECK_FALSE(t.from_peer(other));
+    }
 }
 
 TEST_CASE("peek_bth refuses what is not laid out as RoCEv2 and never reads past the frame", "[wire][packet]") {
