@@ -404,8 +404,6 @@ void make_template(TxTemplate& t, const Headers& h) noexcept {
   t.l2_len = static_cast<uint8_t>(l2_len(h));
   t.l3_len = static_cast<uint8_t>(l3_len(h));
   t.ipv6 = h.l3.ipv6;
-  t.src = h.l3.src;
-  t.dst = h.l3.dst;
   const size_t bth = t.bth_off();
   std::memcpy(t.bytes, tmp, bth + sizeof(Bth));
   uint8_t* ip = t.bytes + t.l2_len;

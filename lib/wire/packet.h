@@ -224,9 +224,7 @@ struct TxTemplate {
   uint8_t l3_len = 0;   // IPv4 or IPv6 header
   bool ipv6 = false;
   uint8_t bth_flags = 0;  // the BTH's MigReq and TVer bits
-  uint8_t bytes[kTemplateBytes]{};
-  Gid src{};  // the path's addresses (IPv4-mapped for IPv4)
-  Gid dst{};
+  uint8_t bytes[kTemplateBytes]{};  // the path's addresses among them (from_peer reads them there)
 
   size_t bth_off() const noexcept { return size_t{l2_len} + l3_len + 8; }
   uint8_t tos() const noexcept {  // IPv4 TOS or IPv6 traffic class

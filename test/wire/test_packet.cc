@@ -374,8 +374,9 @@ TEST_CASE("build_headers from a QP's template makes the bytes build_headers make
         path.l3.ip_id = 0;  // as a connected QP sends
         TxTemplate t;
         make_template(t, path);
-        CHECK(t.src == path.l3.src);
-        CHECK(t.dst == path.l3.dst);
+        L3Fields back = path.l3;  // the template carries the path's addresses (reversed: its peer's packet)
+        std::swap(back.src, back.dst);
+        CHECK(t.from_peer(back));
         CHECK(t.src_mac() == path.l2.src);
         CHECK(t.tos() == path.l3.tos);
         for (unsigned opc = 0; opc < 256; ++opc) {
