@@ -100,7 +100,7 @@ TEST_CASE("every opcode round-trips through build and parse, IPv4 and IPv6, with
           REQUIRE(parse_error_name(parse_frame(f, v)) == std::string("ok"));
           CHECK(v.op == &info);
           CHECK(v.payload_len == plen);
-          CHECK(std::memcmp(v.payload(), payload.data(), plen) == 0);
+          CHECK((plen == 0 || std::memcmp(v.payload(), payload.data(), plen) == 0));  // no null pointers to memcmp
           CHECK(v.h.bth.pad == ((info.flags & kOpPayload) ? pad_for(plen) : 0));
           CHECK(v.h.bth.psn == 0xFFFFFE);
           CHECK(v.h.bth.dqpn == 0xABCDEF);
