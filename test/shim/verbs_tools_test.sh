@@ -95,7 +95,12 @@ pair() {
   next_port
   run 60 "$@" -p "$port" >"$work/a.log" 2>&1 &
   local apid=$!
-  sleep 0.3
+  # The client connects once the server listens (it opens the device and
+  # sets up its QP first; a fixed 0.3 s pause was too short beside other suites).
+  for _ in $(seq 200); do
+    [ -n "$(ss -Htln "sport = :$port" 2>/dev/null)" ] && break
+    sleep 0.05
+  done
   run 60 "$@" -p "$port" localhost >"$work/b.log" 2>&1
   local rb=$?
   wait "$apid"
