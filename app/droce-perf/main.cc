@@ -680,7 +680,7 @@ Result run_bw(Side& s, const Params& p, uint32_t size, uint64_t iters, double du
       rd_head = rd_head + 1 == nq ? 0 : rd_head + 1;
       --rd_len;
       queued[qi] = 0;
-      if (nq >= 64 && rd_len > 0) {
+      if (nq >= transport::Engine::kPrefetchMinQps && rd_len > 0) {
         // With thousands of QPs nothing of the next ones is in the caches: a
         // pipeline over the FIFO, each stage reading what the one before asked
         // for. Three QPs ahead this program's entries, two ahead the engine's
@@ -731,7 +731,7 @@ Result run_bw(Side& s, const Params& p, uint32_t size, uint64_t iters, double du
     for (verbs::Cq* cq : s.scq) {
       int k;
       while ((k = cq->poll(wc, 32)) > 0) {
-        if (nq >= 64)  // the completions' QP entries, all at once (their misses overlap)
+        if (nq >= transport::Engine::kPrefetchMinQps)  // the completions' QP entries, all at once (their misses overlap)
           for (int j = 0; j < k; ++j)
             if (wc[j].qp_num < s.index.size() && s.index[wc[j].qp_num] < nq) __builtin_prefetch(&run[s.index[wc[j].qp_num]]);
         for (int j = 0; j < k; ++j) {

@@ -295,6 +295,10 @@ class Engine {
   // will write (its address is on a line prefetch_post asked for).
   static void prefetch_post(const Qp& q) noexcept { q.prefetch_post(); }
   static void prefetch_post_wqe(const Qp& q) noexcept { q.prefetch_post_wqe(); }
+  // With at least this many QPs the poll loop prefetches the QPs of a burst
+  // (prefetch_rx, requester order); with fewer they stay in the caches anyway.
+  // A caller's own hints (above) pay from the same count.
+  static constexpr size_t kPrefetchMinQps = 64;
   int post_srq_recv(verbs::Srq* srq, const verbs::RecvWr& wr) noexcept { return srq->post(wr); }
 
   // ---- data path ----
@@ -366,9 +370,6 @@ class Engine {
   void send_cnp(Qp& qp, const wire::PacketView& pkt) noexcept;
 
  private:
-  // With at least this many QPs the poll loop prefetches the QPs of a burst
-  // (prefetch_rx, requester order); with fewer they stay in the caches anyway.
-  static constexpr size_t kPrefetchMinQps = 64;
   void prefetch_rx(io::PktBuf* const* b, uint16_t n) noexcept;
   void rx(io::PktBuf* b) noexcept;
   void rx_mcast(const wire::PacketView& pkt) noexcept;
