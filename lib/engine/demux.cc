@@ -9,7 +9,6 @@
 #include <rte_ethdev.h>
 #include <rte_mbuf.h>
 #include <rte_ring.h>
-#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <cstring>

@@ -15,9 +15,6 @@
 
 namespace droce::shim {
 
-using backend_detail::Ctr;
-using backend_detail::kBatch;
-using backend_detail::raise_event;
 using backend_detail::take_event;
 
 namespace {

@@ -5,6 +5,7 @@
 // through the doorbells (README.md). The objects it walks are created and
 // destroyed by the control calls in engine_backend.cc.
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 
 #include "shim/engine/backend_objects.h"
@@ -15,7 +16,6 @@ namespace droce::shim {
 using backend_detail::Ctr;
 using backend_detail::kBatch;
 using backend_detail::raise_event;
-using backend_detail::take_event;
 
 void EngineShimBackend::qp_error(Core& k, Qp& q, verbs::Cq* cq, uint64_t wr_id, verbs::WcStatus st,
                                  bool send) noexcept {
