@@ -97,6 +97,8 @@ def plot_port(build, port):
         if raw:
             ax.plot([num(r["size"]) for r in raw], [num(r["typical"]) for r in raw], "kx-",
                     label="raw frame ping-pong, typical")
+            ax.plot([num(r["size"]) for r in raw], [num(r["p99"]) for r in raw], "kx--",
+                    label="raw frame ping-pong, p99")
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.legend()

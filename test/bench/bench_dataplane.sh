@@ -12,8 +12,10 @@
 #      frames, the cross-core rings bring them to the owning loop; both loops
 #      on one thread in embedded mode);
 #   4. 8-byte WRITE and SEND ping-pong latency (write_lat, send_lat, typical
-#      half round trip) vs droce-perf raw_ethernet_lat: 64-byte frames echoed
-#      through the same port with no transport.
+#      half round trip; WRITE's p99 too) vs droce-perf raw_ethernet_lat: 64-byte
+#      frames echoed through the same port with no transport; both after the
+#      same 2048 uncounted ping-pongs (droce-perf --warmup: the first round
+#      through memif's rings faults in their pages).
 # The port is net_af_packet on a veth pair (the kernel moves every frame and is
 # the bottleneck) or net_memif (shared memory between the two processes: the
 # fast path, where the stack's own cost shows; MTU 4096 with 8 KiB buffers).
@@ -104,13 +106,15 @@ q2=$(median <<<"${v[q2]}"); mc=$(median <<<"${v[memcpy]}")
 lat=$(awk '$1 == 8 && NF >= 8 {print $5}' "$tmp/lat.log" | tail -1)
 slat=$(awk '$1 == 8 && NF >= 8 {print $5}' "$tmp/slat.log" | tail -1)
 rawlat=$(awk '$1 == 64 && NF >= 8 {print $5}' "$tmp/rawlat.log" | tail -1)
+lat99=$(awk '$1 == 8 && NF >= 8 {print $7}' "$tmp/lat.log" | tail -1)
+rawlat99=$(awk '$1 == 64 && NF >= 8 {print $7}' "$tmp/rawlat.log" | tail -1)
 csv=$build/bench-dataplane-$ptype.csv
 echo "port,case,droce,baseline,unit,ratio,data" >"$csv"
 awk -v raw="$raw" -v m="$w64" -v ok="$(ok_all ${ok[w64]})" -v mm="$w64m" -v mmok="$(ok_all ${ok[w64m]})" \
     -v s64="$s64" -v s64ok="$(ok_all ${ok[s64]})" -v r64="$r64" -v r64ok="$(ok_all ${ok[r64]})" -v slat="${slat:-0}" \
     -v q2="$q2" -v q2ok="$(ok_all ${ok[q2]})" \
     -v g="$w64k" -v gok="$(ok_all ${ok[w64k]})" -v mc="$mc" -v gc="$w64kc" -v gcok="$(ok_all ${ok[w64kc]})" \
-    -v lat="${lat:-0}" -v rawlat="${rawlat:-0}" -v pt="$ptype" -v mtu="$mtu" -v secs="$secs" -v rounds="$rounds" -v csv="$csv" '
+    -v lat="${lat:-0}" -v rawlat="${rawlat:-0}" -v lat99="${lat99:-0}" -v rawlat99="${rawlat99:-0}" -v pt="$ptype" -v mtu="$mtu" -v secs="$secs" -v rounds="$rounds" -v csv="$csv" '
 function row(name, d, b, unit, fmt, okk,   ratio) {
   ratio = (b > 0 ? sprintf("%.3f", d / b) : "n/a")
   printf "%-46s " fmt " %-5s " fmt " %-5s %7s  (data %s)\n", name, d, unit, b, unit, ratio, okk
@@ -129,6 +133,7 @@ BEGIN {
   row("64 B WRITE, 2 queues (4 QPs) vs 1 queue", q2, m, "Mpps", "%11.4f", q2ok)
   row("8 B WRITE half RTT vs raw 64 B frame ping-pong", lat, rawlat, "us", "%11.2f", (lat > 0 && rawlat > 0) ? "ok" : "FAILED")
   row("8 B SEND half RTT vs raw 64 B frame ping-pong", slat, rawlat, "us", "%11.2f", (slat > 0 && rawlat > 0) ? "ok" : "FAILED")
+  row("8 B WRITE p99 half RTT vs raw 64 B frame p99", lat99, rawlat99, "us", "%11.2f", (lat99 > 0 && rawlat99 > 0) ? "ok" : "FAILED")
 }'
 echo "  (csv: $csv)"
 if [ "$ptype" = af_packet ]; then
