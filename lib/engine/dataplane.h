@@ -145,6 +145,9 @@ class DemuxIo final : public io::PacketIo {
   bool port_has_mcast_members() const noexcept;
   bool to_our_ip(const io::PktBuf* b) const noexcept;
   uint16_t send_frames(io::PktBuf** bufs, uint16_t n, bool must_take, int tries) noexcept;
+  // Frames from the fault injector the device refused: back into its TX
+  // bottleneck queue, or a counted drop (tx_drop_full).
+  void refused(io::PktBuf** bufs, uint16_t n) noexcept;
   bool loop_back(io::PktBuf* b) noexcept;
   void release(io::PktBuf* b) noexcept {
     free_[nfree_++] = b;

@@ -284,10 +284,7 @@ uint16_t DemuxIo::rx_burst(io::PktBuf** bufs, uint16_t n) noexcept {
     io::PktBuf* out[kTmp];
     const uint16_t k = ftx_->release(out, kTmp);
     const uint16_t sent = k ? send_frames(out, k, true, 4) : 0;
-    if (sent < k) {
-      pc_->add(PortCounter::tx_drop_full, k - sent);
-      q_.free_burst(out + sent, static_cast<uint16_t>(k - sent));
-    }
+    if (sent < k) refused(out + sent, static_cast<uint16_t>(k - sent));
   }
   // 0. Frames that did not fit last time.
   if (nbacklog_) {
@@ -432,6 +429,17 @@ uint16_t DemuxIo::send_frames(io::PktBuf** bufs, uint16_t n, bool must_take, int
   return i;
 }
 
+void DemuxIo::refused(io::PktBuf** bufs, uint16_t n) noexcept {
+  // Frames the fault injector handed out that the device did not take: a TX
+  // bottleneck keeps them at its head (a switch queue whose egress is busy);
+  // without one they are a counted drop.
+  const uint16_t back = ftx_->requeue_front(bufs, n);
+  if (back < n) {
+    pc_->add(PortCounter::tx_drop_full, n - back);
+    q_.free_burst(bufs + back, static_cast<uint16_t>(n - back));
+  }
+}
+
 uint16_t DemuxIo::tx_burst(io::PktBuf** bufs, uint16_t n) noexcept {
   if (n == 0) return 0;
   kick_left_ = kicks_;
@@ -445,10 +453,7 @@ uint16_t DemuxIo::tx_burst(io::PktBuf** bufs, uint16_t n) noexcept {
   std::memcpy(tmp, bufs, m0 * sizeof(io::PktBuf*));
   const uint16_t m = ftx_->apply(q_, tmp, m0, kTmp);
   const uint16_t sent = send_frames(tmp, m, true, 4);
-  if (sent < m) {
-    pc_->add(PortCounter::tx_drop_full, m - sent);
-    q_.free_burst(tmp + sent, static_cast<uint16_t>(m - sent));
-  }
+  if (sent < m) refused(tmp + sent, static_cast<uint16_t>(m - sent));
   return m0;
 }
 

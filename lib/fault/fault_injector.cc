@@ -73,7 +73,7 @@ uint16_t FaultInjector::bn_pass(io::PacketIo* io, io::PktBuf** out, uint16_t nou
         continue;
       }
       if (v == BnVerdict::Mark && mark_ce(b->data, b->len)) count_bn(1);
-      bn_q_[bn_head_++ & (kBnFrames - 1)] = BnFrame{b, depart};
+      bn_q_[bn_head_++ & (kBnFrames - 1)] = BnFrame{b, depart, false};
       ++queued;
       over_kmax += found >= bn_.kmax_bytes;
       found_sum += found;
@@ -92,7 +92,7 @@ uint16_t FaultInjector::bn_pass(io::PacketIo* io, io::PktBuf** out, uint16_t nou
   while (bn_tail_ != bn_head_ && nout < cap) {
     const BnFrame& f = bn_q_[bn_tail_ & (kBnFrames - 1)];
     if (bn_on_ && f.depart > now) break;
-    if (bn_on_ && bn_.mark_dequeue &&
+    if (bn_on_ && bn_.mark_dequeue && !f.back &&
         bottleneck_mark_dequeue(bn_, bn_drained_, f.depart, f.b->len,
                                 [this] { return next() * (1.0 / 4294967296.0); }) &&
         mark_ce(f.b->data, f.b->len))
@@ -101,6 +101,31 @@ uint16_t FaultInjector::bn_pass(io::PacketIo* io, io::PktBuf** out, uint16_t nou
     ++bn_tail_;
   }
   return nout;
+}
+
+uint16_t FaultInjector::requeue_front(io::PktBuf* const* bufs, uint16_t n) noexcept {
+  if (!bn_on_ || n == 0) return 0;
+  const uint64_t now = clock_ != nullptr ? clock_->now_ns() : 0;
+  // They left the tail just now, so their slots are free (no frame joined
+  // since); the room check only guards against a caller that breaks that.
+  const uint32_t room = kBnFrames - (bn_head_ - bn_tail_);
+  const uint16_t k = static_cast<uint16_t>(std::min<uint32_t>(n, room));
+  uint64_t stuck_ns = 0;  // what the frames at the head take to drain
+  bn_tail_ -= k;
+  for (uint16_t i = 0; i < k; ++i) {
+    bn_q_[(bn_tail_ + i) & (kBnFrames - 1)] = BnFrame{bufs[i], now, true};
+    stuck_ns += bottleneck_service_ns(bn_, bufs[i]->len);
+  }
+  // The queue holds at least the frames stuck at its head (a max, not a sum:
+  // the model already counts the frames behind them, and a frame refused on
+  // every poll of a stalled receiver must not add up).
+  bn_drained_ = std::max(bn_drained_, now + stuck_ns);
+  const uint64_t q = fault::bottleneck_queue_bytes(bn_, bn_drained_, now);
+  if (q > bn_max_q_) {
+    bn_max_q_ = q;
+    count_bn(2, bn_max_q_, true);
+  }
+  return k;
 }
 
 uint16_t FaultInjector::pfc_admit(io::PktBuf* const* bufs, uint16_t n) noexcept {

@@ -77,6 +77,15 @@ class FaultInjector {
   // Frames of the bottleneck queue whose departure time has come, into bufs
   // (at most cap); for polls that send nothing. Returns how many.
   uint16_t release(io::PktBuf** bufs, uint16_t cap) noexcept;
+  // The departures that release() or apply() just handed out and the device
+  // did not take (its TX ring full: the receiver stalled), bufs[0..n) in the
+  // order they were handed out: back to the head of the bottleneck queue, due
+  // at once, as a switch keeps what its egress cannot send yet (the loss of a
+  // lossless class was the emulator's, not the network's). The queue then
+  // holds at least their bytes (it does not drain before they could go).
+  // Returns how many it took, from bufs[0] on: 0 when the bottleneck is off;
+  // the rest are the caller's (a counted drop).
+  uint16_t requeue_front(io::PktBuf* const* bufs, uint16_t n) noexcept;
   // PFC: how many of bufs[0..n) the TX bottleneck takes now (n without PFC).
   uint16_t pfc_admit(io::PktBuf* const* bufs, uint16_t n) noexcept;
   uint32_t bottleneck_frames() const noexcept { return bn_head_ - bn_tail_; }
@@ -117,6 +126,7 @@ class FaultInjector {
   struct BnFrame {
     io::PktBuf* b;
     uint64_t depart;
+    bool back;  // requeued by requeue_front: judged by RED already
   };
   std::unique_ptr<BnFrame[]> bn_q_;  // FIFO, departures in order
   uint32_t bn_head_ = 0, bn_tail_ = 0;

@@ -435,6 +435,66 @@ TEST_CASE("bottleneck mode with PFC: the sender is paused past Xoff until Xon, n
   CHECK(io.free_count() == 256);
 }
 
+TEST_CASE("bottleneck mode: frames the device refused go back to the head, in order, not counted twice", "[fault][bottleneck]") {
+  // A switch queue whose egress is busy keeps its frames (DemuxIo hands the
+  // frames a full TX ring refused back with requeue_front instead of dropping
+  // them: with PFC the class is lossless).
+  PoolIo io(256);
+  ManualClock clk;
+  config::PortFaults pf;
+  fault::Bottleneck bn = tx_bottleneck(0);  // 1 Gb/s: a 200-byte frame drains in 1600 ns
+  bn.pfc_xoff_bytes = 4'000;
+  bn.pfc_xon_bytes = 1'000;
+  pf.set_bottleneck(FaultDir::tx, bn);
+  pf.publish();
+  stats::CounterBlock<PortCounter> ctr;
+  FaultInjector f(pf, FaultDir::tx, 1, &ctr);
+  f.set_clock(&clk);
+  std::vector<io::PktBuf*> frames;
+  for (uint32_t i = 0; i < 10; ++i) frames.push_back(ip_frame(io, i, 200, true));
+  REQUIRE(f.pfc_admit(frames.data(), 10) == 10);
+  REQUIRE(f.apply(io, frames.data(), 10, 128) == 0);
+  CHECK(f.bottleneck_queue_bytes(clk.t) == 2'000);
+  io::PktBuf* out[128];
+  clk.t += 10'000;  // six frames due, 750 bytes left
+  uint16_t k = f.release(out, 128);
+  REQUIRE(k == 6);
+  CHECK(f.bottleneck_queue_bytes(clk.t) == 750);
+  // The device takes two; the other four go back, due at once: the queue
+  // holds at least their 800 bytes.
+  io.free_burst(out, 2);
+  CHECK(f.requeue_front(out + 2, 4) == 4);
+  CHECK(f.bottleneck_frames() == 8);
+  CHECK(f.bottleneck_queue_bytes(clk.t) == 800);
+  k = f.release(out, 128);
+  REQUIRE(k == 4);
+  for (uint16_t i = 0; i < k; ++i) CHECK(tail_seq(out[i]) == 2u + i);
+  // Refused again: the same frames, not counted twice.
+  CHECK(f.requeue_front(out, 4) == 4);
+  CHECK(f.bottleneck_queue_bytes(clk.t) == 800);
+  k = f.release(out, 128);
+  REQUIRE(k == 4);
+  for (uint16_t i = 0; i < k; ++i) CHECK(tail_seq(out[i]) == 2u + i);
+  io.free_burst(out, k);
+  clk.t += 1'000'000;
+  k = f.release(out, 128);
+  REQUIRE(k == 4);
+  for (uint16_t i = 0; i < k; ++i) CHECK(tail_seq(out[i]) == 6u + i);
+  io.free_burst(out, k);
+  CHECK(f.bottleneck_frames() == 0);
+  CHECK(ctr.get(PortCounter::fault_tx_bn_drop) == 0);
+  CHECK(io.free_count() == 256);
+  CHECK_FALSE(io.double_free);
+  // Without a bottleneck nothing goes back: the caller drops (tx_drop_full).
+  config::PortFaults none;
+  none.publish();
+  FaultInjector g(none, FaultDir::tx, 1, &ctr);
+  g.set_clock(&clk);
+  io::PktBuf* one = ip_frame(io, 99, 200, true);
+  CHECK(g.requeue_front(&one, 1) == 0);
+  io.free_burst(&one, 1);
+}
+
 TEST_CASE("bottleneck mode: Not-ECT frames are never marked, frames/s rate, switched off mid-queue", "[fault][bottleneck]") {
   PoolIo io(256);
   ManualClock clk;
