@@ -230,6 +230,7 @@ Dataplane::Dataplane(DataplaneConfig cfg) : cfg_(std::move(cfg)) {
     PortState& ps = ports_[p];
     const size_t n = ps.cores.size();
     if (n == 0) throw DataplaneError("dataplane: port " + cfg_.ports[p].name + " is served by no core");
+    ps.owner = QpnOwner(static_cast<uint32_t>(n));
     ps.rings.assign(n * n, nullptr);
     ps.demux.assign(n, nullptr);
     ps.engines.assign(n, nullptr);

@@ -19,6 +19,7 @@
 #include "config/fault_table.h"
 #include "dpdk/port.h"
 #include "dpdk/queue_io.h"
+#include "engine/qpn_owner.h"
 #include "fault/fault_injector.h"
 #include "netstack/netstack.h"
 #include "stats/groups.h"
@@ -324,8 +325,8 @@ class Dataplane {
   // except QPN 1, the GSI QP, which belongs to the home core port_cores(p)[0]).
   const std::vector<size_t>& port_cores(uint32_t p) const { return ports_.at(p).cores; }
   size_t owner_core(uint32_t p, uint32_t qpn) const {
-    const auto& c = ports_.at(p).cores;
-    return qpn == transport::kGsiQpn ? c[0] : c[qpn % c.size()];
+    const PortState& ps = ports_.at(p);
+    return ps.cores[ps.owner.of(qpn)];
   }
   size_t home_core(uint32_t p) const { return ports_.at(p).cores.at(0); }
   // A core for a new QP on port p (round robin).
@@ -413,6 +414,7 @@ class Dataplane {
   friend class CoreLoop;
   struct PortState {
     std::vector<size_t> cores;  // core indexes serving the port, in QPN-residue order
+    QpnOwner owner;             // QPN -> index into cores (set once cores is complete)
     std::vector<DemuxIo*> demux;  // by residue
     std::vector<const transport::Engine*> engines;  // by residue (mcast_memberships() read by any core)
     // Multicast MACs the device filter accepts (control thread, mcast_sync).

@@ -180,9 +180,8 @@ void DemuxIo::classify(io::PktBuf* b, io::PktBuf** out, uint16_t& nout, uint16_t
       }
       return;
     }
-    const uint32_t n = static_cast<uint32_t>(dp_.ports_[port_].cores.size());
     // QPN 1 (the GSI QP, the CM's MADs) lives on the port's home core.
-    const uint32_t owner = n == 1 || dqpn == transport::kGsiQpn ? 0 : dqpn % n;
+    const uint32_t owner = dp_.ports_[port_].owner.of(dqpn);
     if (owner == me_) {
       deliver(b, out, nout, cap);
     } else {
