@@ -285,6 +285,25 @@ uint32_t tail_seq(const io::PktBuf* b) {
   std::memcpy(&s, b->data + b->len - 4, 4);
   return s;
 }
+
+// The PFC tests' TX injector: tx_bottleneck(0) with Xoff 4000 and Xon 1000
+// bytes, on a pool of 256 buffers and a manual clock.
+struct PfcTx {
+  static config::PortFaults& publish(config::PortFaults& pf) {
+    fault::Bottleneck bn = tx_bottleneck(0);
+    bn.pfc_xoff_bytes = 4'000;
+    bn.pfc_xon_bytes = 1'000;
+    pf.set_bottleneck(FaultDir::tx, bn);
+    pf.publish();
+    return pf;
+  }
+  PfcTx() : f(publish(pf), FaultDir::tx, 1, &ctr) { f.set_clock(&clk); }
+  PoolIo io{256};
+  ManualClock clk;
+  config::PortFaults pf;
+  stats::CounterBlock<PortCounter> ctr;
+  FaultInjector f;
+};
 }  // namespace
 
 TEST_CASE("bottleneck mode: drained at its rate, RED marks between kmin and kmax, tail drop at the limit", "[fault][bottleneck]") {
@@ -389,17 +408,11 @@ TEST_CASE("bottleneck mode marking on departure: RED on the queue a frame leaves
 // it has drained to 1000 bytes (15 frames gone, 24 us), then up to Xoff again.
 // Nothing is dropped, the frames leave in order, one pause is counted per Xoff.
 TEST_CASE("bottleneck mode with PFC: the sender is paused past Xoff until Xon, nothing is dropped", "[fault][bottleneck]") {
-  PoolIo io(256);
-  ManualClock clk;
-  config::PortFaults pf;
-  fault::Bottleneck bn = tx_bottleneck(0);
-  bn.pfc_xoff_bytes = 4'000;
-  bn.pfc_xon_bytes = 1'000;
-  pf.set_bottleneck(FaultDir::tx, bn);
-  pf.publish();
-  stats::CounterBlock<PortCounter> ctr;
-  FaultInjector f(pf, FaultDir::tx, 1, &ctr);
-  f.set_clock(&clk);
+  PfcTx t;
+  PoolIo& io = t.io;
+  ManualClock& clk = t.clk;
+  FaultInjector& f = t.f;
+  auto& ctr = t.ctr;
   std::vector<io::PktBuf*> frames;
   for (uint32_t i = 0; i < 30; ++i) frames.push_back(ip_frame(io, i, 200, true));
   uint16_t n = f.pfc_admit(frames.data(), 30);
@@ -439,17 +452,11 @@ TEST_CASE("bottleneck mode: frames the device refused go back to the head, in or
   // A switch queue whose egress is busy keeps its frames (DemuxIo hands the
   // frames a full TX ring refused back with requeue_front instead of dropping
   // them: with PFC the class is lossless).
-  PoolIo io(256);
-  ManualClock clk;
-  config::PortFaults pf;
-  fault::Bottleneck bn = tx_bottleneck(0);  // 1 Gb/s: a 200-byte frame drains in 1600 ns
-  bn.pfc_xoff_bytes = 4'000;
-  bn.pfc_xon_bytes = 1'000;
-  pf.set_bottleneck(FaultDir::tx, bn);
-  pf.publish();
-  stats::CounterBlock<PortCounter> ctr;
-  FaultInjector f(pf, FaultDir::tx, 1, &ctr);
-  f.set_clock(&clk);
+  PfcTx t;  // 1 Gb/s: a 200-byte frame drains in 1600 ns
+  PoolIo& io = t.io;
+  ManualClock& clk = t.clk;
+  FaultInjector& f = t.f;
+  auto& ctr = t.ctr;
   std::vector<io::PktBuf*> frames;
   for (uint32_t i = 0; i < 10; ++i) frames.push_back(ip_frame(io, i, 200, true));
   REQUIRE(f.pfc_admit(frames.data(), 10) == 10);
