@@ -8,8 +8,16 @@
 #                                     droce-nvmf-perf against droce-nvmf over memif next to
 #                                     droce-perf's raw READ/WRITE, same run, CSV in build/)
 set -euo pipefail
+usage() { sed -n '2,/^set /{/^set /d;s/^# \{0,1\}//;p}' "$0"; }
 mode=all
 if [ "${1:-}" = nvmf ]; then mode=nvmf; shift; fi
+case "${1:-}" in
+  -h|--help) usage; exit 0 ;;
+esac
+if [ $# -gt 1 ] || { [ $# -eq 1 ] && ! awk -v s="$1" 'BEGIN { exit !(s ~ /^[0-9]*\.?[0-9]+$/ && s + 0 > 0) }'; }; then
+  usage >&2
+  exit 2
+fi
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/setup.sh"
 droce_install_packages

@@ -7,9 +7,12 @@
 #include <cstring>
 #include <vector>
 
+#include "bench_args.h"
+
 int main(int argc, char** argv) {
-  const size_t block = argc > 1 ? std::strtoull(argv[1], nullptr, 10) : 65536;
-  const double secs = argc > 2 ? std::atof(argv[2]) : 1.0;
+  droce::bench::check_args(argc, argv, 2, "[block bytes, default 65536] [seconds, default 1]");
+  const auto block = static_cast<size_t>(droce::bench::arg_or(argc, argv, 1, 65536));
+  const double secs = droce::bench::arg_or(argc, argv, 2, 1.0);
   const size_t set = 64u << 20;  // 64 MiB source and destination
   std::vector<unsigned char> src(set, 1), dst(set, 0);
   for (size_t i = 0; i < set; i += 4096) src[i] = static_cast<unsigned char>(i);

@@ -34,6 +34,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench_args.h"
 #include "dpdk/eal.h"
 #include "dpdk/port.h"
 #include "engine/dataplane.h"
@@ -249,8 +250,9 @@ RunResult run(dpdk::Port& pa, dpdk::Port& pb, const std::vector<unsigned>& lcore
 }  // namespace
 
 int main(int argc, char** argv) {
-  const double secs = argc > 1 ? std::atof(argv[1]) : 2.0;
-  const uint32_t size = argc > 2 ? static_cast<uint32_t>(std::atoi(argv[2])) : 64;
+  bench::check_args(argc, argv, 2, "[seconds per case, default 2] [message bytes, default 64]");
+  const double secs = bench::arg_or(argc, argv, 1, 2.0);
+  const auto size = static_cast<uint32_t>(bench::arg_or(argc, argv, 2, 64));
   try {
     // lcore 0 (this thread, mostly asleep) and lcore 1 on CPU 0; lcore 2 on CPU 1;
     // lcores 3 and 4 (the 4-core runs: two loops per CPU on this 2-CPU host) on CPU 0 and 1.

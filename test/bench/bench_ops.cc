@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench_args.h"
 #include "control/client.h"
 #include "control/server.h"
 #include "fault/fault_injector.h"
@@ -112,7 +113,8 @@ double fault_rate(fault::FaultInjector* fi, double secs) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const double secs = argc > 1 ? std::atof(argv[1]) : 0.5;
+  bench::check_args(argc, argv, 1, "[seconds per case, default 0.5]");
+  const double secs = bench::arg_or(argc, argv, 1, 0.5);
 
   // ---- counters
   stats::PerCore<stats::PortCounter> blocks(2);

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_args.h"
 #include "memlink/memlink.h"
 #include "transport/engine.h"
 #include "wire/packet.h"
@@ -320,24 +321,12 @@ double idle_qp_bytes(uint32_t n) {
   return static_cast<double>(heap_bytes() - before) / n;
 }
 
-// A positive number, all of arg, or 0 (then main prints the usage).
-double positive_arg(const char* arg) {
-  char* end = nullptr;
-  const double v = std::strtod(arg, &end);
-  return end != arg && *end == '\0' && v > 0 ? v : 0;
-}
-
 int main(int argc, char** argv) {
-  for (int i = 1; i < argc && i < 4; ++i)
-    if (positive_arg(argv[i]) == 0) {
-      std::fprintf(stderr,
-                   "usage: %s [seconds per case, default 0.5] [idle QPs, default 1000000] [largest QP count of "
-                   "the scaling cases, default 65536]\n  BENCH_PROFILE=write64|send64|write64k|scaleN runs only "
-                   "that case (for perf record)\n",
-                   argv[0]);
-      return 2;
-    }
-  const double secs = argc > 1 ? positive_arg(argv[1]) : 0.5;
+  bench::check_args(argc, argv, 3,
+                    "[seconds per case, default 0.5] [idle QPs, default 1000000] [largest QP count of the scaling "
+                    "cases, default 65536]\n  BENCH_PROFILE=write64|send64|write64k|scaleN runs only that case (for "
+                    "perf record)");
+  const double secs = bench::arg_or(argc, argv, 1, 0.5);
   // BENCH_PROFILE=write64|send64|write64k|scaleN runs that one case for the whole time (for perf record).
   if (const char* only = std::getenv("BENCH_PROFILE")) {
     const std::string c = only;

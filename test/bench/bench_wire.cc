@@ -7,6 +7,7 @@
 #include <cstring>
 #include <vector>
 
+#include "bench_args.h"
 #include "wire/icrc.h"
 #include "wire/packet.h"
 
@@ -59,7 +60,8 @@ Headers headers(uint8_t opcode) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const double secs = argc > 1 ? std::atof(argv[1]) : 0.5;
+  droce::bench::check_args(argc, argv, 1, "[seconds per case, default 0.5]");
+  const double secs = droce::bench::arg_or(argc, argv, 1, 0.5);
   std::printf("droce wire benchmark (one core, crc32 implementation: %s)\n", crc32_impl_name());
   std::printf("%-34s %14s %14s %10s\n", "case", "droce", "memcpy", "ratio");
   for (uint32_t plen : {64u, 1024u, 4096u}) {

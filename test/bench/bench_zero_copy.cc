@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_args.h"
 #include "dpdk/eal.h"
 #include "dpdk/hugemem.h"
 #include "dpdk/port.h"
@@ -153,8 +154,13 @@ double memcpy_rate(const uint8_t* src, size_t len, double secs) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const double secs = argc > 1 ? std::atof(argv[1]) : 1.0;
-  const int mtu_b = argc > 2 ? std::atoi(argv[2]) : 1024;
+  bench::check_args(argc, argv, 2, "[seconds, default 1] [path MTU: 1024, 2048 or 4096, default 1024]");
+  const double secs = bench::arg_or(argc, argv, 1, 1.0);
+  const auto mtu_b = static_cast<int>(bench::arg_or(argc, argv, 2, 1024));
+  if (mtu_b != 1024 && mtu_b != 2048 && mtu_b != 4096) {
+    std::fprintf(stderr, "bench_zero_copy: path MTU %s: 1024, 2048 or 4096\n", argv[2]);
+    return 2;
+  }
   const verbs::Mtu mtu = mtu_b == 4096 ? verbs::Mtu::M4096 : mtu_b == 2048 ? verbs::Mtu::M2048 : verbs::Mtu::M1024;
   try {
     dpdk::Eal eal({.args = {"-l", "0", "--iova-mode=va", "--log-level=lib.eal:error"}, .program = "bench_zero_copy"});
