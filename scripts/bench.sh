@@ -3,7 +3,7 @@
 # with the baseline it is compared against measured in the same run; the
 # sweeps' CSVs are drawn into build/bench-memif.png and bench-af_packet.png
 # (scripts/plot_bench.py).
-#   scripts/bench.sh [seconds-per-case]
+#   scripts/bench.sh [seconds-per-case, a whole number]
 #   scripts/bench.sh nvmf [seconds]   only the NVMe-oF mode (test/bench/bench_nvmf.sh:
 #                                     droce-nvmf-perf against droce-nvmf over memif next to
 #                                     droce-perf's raw READ/WRITE, same run, CSV in build/)
@@ -14,7 +14,7 @@ if [ "${1:-}" = nvmf ]; then mode=nvmf; shift; fi
 case "${1:-}" in
   -h|--help) usage; exit 0 ;;
 esac
-if [ $# -gt 1 ] || { [ $# -eq 1 ] && ! awk -v s="$1" 'BEGIN { exit !(s ~ /^[0-9]*\.?[0-9]+$/ && s + 0 > 0) }'; }; then
+if [ $# -gt 1 ] || { [ $# -eq 1 ] && ! [[ "$1" =~ ^[1-9][0-9]*$ ]]; }; then
   usage >&2
   exit 2
 fi

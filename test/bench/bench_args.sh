@@ -36,4 +36,5 @@ done
 expect 0 "bench.sh --help" bash "$scripts/bench.sh" --help
 expect 2 "bench.sh abc" bash "$scripts/bench.sh" abc
 expect 2 "bench.sh 0" bash "$scripts/bench.sh" 0
+expect 2 "bench.sh 0.5" bash "$scripts/bench.sh" 0.5
 exit $fail

@@ -20,7 +20,10 @@
 # the bottleneck) or net_memif (shared memory between the two processes: the
 # fast path, where the stack's own cost shows; MTU 4096 with 8 KiB buffers).
 # Each case runs ROUNDS times, droce and its baseline alternating; the medians
-# are printed and written as CSV to BUILD_DIR/bench-dataplane-PORT.csv.
+# are printed with their ratio and, beside it, the lowest and highest of the
+# rounds' own ratios (each round's figure over that round's baseline: the
+# machine's phases show there), and written as CSV to
+# BUILD_DIR/bench-dataplane-PORT.csv.
 # Then (BENCH_SWEEP=0 skips it) one sweep per curve, for the plots of
 # scripts/plot_bench.py, each a CSV in BUILD_DIR:
 #   bench-size-PORT.csv  RC WRITE messages/s and Gb/s at sizes 2 B .. 64 KiB (1 s each)
@@ -33,6 +36,7 @@
 set -euo pipefail
 build=$1
 secs=${2:-3}
+[[ "$secs" =~ ^[1-9][0-9]*$ ]] || { echo "bench_dataplane.sh: seconds: a whole number from 1, not '$secs'" >&2; exit 2; }
 ptype=${3:-af_packet}
 rounds=${4:-3}
 case "$ptype" in af_packet|memif) ;; *) echo "port must be af_packet or memif" >&2; exit 2 ;; esac
@@ -61,11 +65,12 @@ fi
 # per-second rates after the first, in packets/s.
 raw_pps() {
   [ -n "$testpmd" ] || { echo 0; return; }
-  ip netns exec "$ns" timeout -s INT -k 5 $((secs + 3)) "$testpmd" --lcores=0@0,1@0 "${EAL[@]}" --file-prefix bdtx$$ \
+  local tp=$((secs < 2 ? 2 : secs))  # at least 2 per-second rates after the first
+  ip netns exec "$ns" timeout -s INT -k 5 $((tp + 3)) "$testpmd" --lcores=0@0,1@0 "${EAL[@]}" --file-prefix bdtx$$ \
     "${tx_dev[@]}" -- --forward-mode=txonly --txpkts=64 --stats-period=1 --total-num-mbufs=16384 >"$tmp/tx.log" 2>&1 &
   local txp=$!
   sleep 0.5
-  ip netns exec "$ns" timeout -s INT -k 5 $((secs + 1)) "$testpmd" --lcores=0@1,1@1 "${EAL[@]}" --file-prefix bdrx$$ \
+  ip netns exec "$ns" timeout -s INT -k 5 $((tp + 1)) "$testpmd" --lcores=0@1,1@1 "${EAL[@]}" --file-prefix bdrx$$ \
     "${rx_dev[@]}" -- --forward-mode=rxonly --stats-period=1 --total-num-mbufs=16384 >"$tmp/rx.log" 2>&1 || true
   wait "$txp" || true
   grep -ao 'Rx-pps: *[0-9]*' "$tmp/rx.log" | awk '{print $2}' | tail -n +2 | sort -n |
@@ -94,35 +99,56 @@ for r in $(seq 1 "$rounds"); do
   droce_perf_run "$tmp/w64q2.log" 2 write_bw -s 64 -D "$secs" -q 4 -t 128 --window 128
   v[q2]+=" $(col "$tmp/w64q2.log" 4)"; ok[q2]+=" $(col "$tmp/w64q2.log" 5)"
   v[memcpy]+=" $("$build/test/bench/bench_memcpy" 65536 1 | awk '{print $(NF-1)}')"
+  # Latency: one run of each per round (a pair of processes falls into a mode of
+  # its own: lib/transport/README.md, fifteenth session). Columns: size iters
+  # t_min t_max t_typical t_avg p99 p99.9 result.
+  droce_perf_run "$tmp/lat.log" 1 write_lat -s 8 -n 20000
+  v[lat]+=" $(awk '$1 == 8 && NF >= 8 {print $5}' "$tmp/lat.log" | tail -1)"
+  v[lat99]+=" $(awk '$1 == 8 && NF >= 8 {print $7}' "$tmp/lat.log" | tail -1)"
+  droce_perf_run "$tmp/slat.log" 1 send_lat -s 8 -n 20000
+  v[slat]+=" $(awk '$1 == 8 && NF >= 8 {print $5}' "$tmp/slat.log" | tail -1)"
+  droce_perf_run "$tmp/rawlat.log" 1 raw_ethernet_lat -s 64 -n 20000
+  v[rawlat]+=" $(awk '$1 == 64 && NF >= 8 {print $5}' "$tmp/rawlat.log" | tail -1)"
+  v[rawlat99]+=" $(awk '$1 == 64 && NF >= 8 {print $7}' "$tmp/rawlat.log" | tail -1)"
 done
-droce_perf_run "$tmp/lat.log" 1 write_lat -s 8 -n 20000
-droce_perf_run "$tmp/slat.log" 1 send_lat -s 8 -n 20000
-droce_perf_run "$tmp/rawlat.log" 1 raw_ethernet_lat -s 64 -n 20000
 raw=$(median <<<"${v[raw]}")
 w64=$(median <<<"${v[w64]}"); w64m=$(median <<<"${v[w64m]}"); s64=$(median <<<"${v[s64]}"); r64=$(median <<<"${v[r64]}")
 w64k=$(median <<<"${v[w64k]}"); w64kc=$(median <<<"${v[w64kc]}")
 q2=$(median <<<"${v[q2]}"); mc=$(median <<<"${v[memcpy]}")
-# write_lat columns: size iters t_min t_max t_typical t_avg p99 p99.9 result
-lat=$(awk '$1 == 8 && NF >= 8 {print $5}' "$tmp/lat.log" | tail -1)
-slat=$(awk '$1 == 8 && NF >= 8 {print $5}' "$tmp/slat.log" | tail -1)
-rawlat=$(awk '$1 == 64 && NF >= 8 {print $5}' "$tmp/rawlat.log" | tail -1)
-lat99=$(awk '$1 == 8 && NF >= 8 {print $7}' "$tmp/lat.log" | tail -1)
-rawlat99=$(awk '$1 == 64 && NF >= 8 {print $7}' "$tmp/rawlat.log" | tail -1)
+lat=$(median <<<"${v[lat]}"); slat=$(median <<<"${v[slat]}"); rawlat=$(median <<<"${v[rawlat]}")
+lat99=$(median <<<"${v[lat99]}"); rawlat99=$(median <<<"${v[rawlat99]}")
+# The spread: each round's droce figure over the same round's baseline, lowest
+# and highest ("a-b"), next to the ratio of the medians.
+spread() {
+  awk -v a="$1" -v b="$2" 'BEGIN {
+    n = split(a, x, " "); split(b, y, " "); k = 0
+    for (i = 1; i <= n; ++i) if (x[i] > 0 && y[i] > 0) { r = x[i] / y[i]; if (k == 0 || r < lo) lo = r; if (k == 0 || r > hi) hi = r; ++k }
+    if (k == 0) print "n/a"; else if (k == 1) printf "%.2f", lo; else printf "%.2f-%.2f", lo, hi }'
+}
+v[rawm]=$(for x in ${v[raw]}; do awk -v x="$x" 'BEGIN {print x / 1e6}'; done | tr '\n' ' ')  # Mpps, as droce's
+declare -A sp
+for pair in w64:rawm w64m:rawm s64:rawm r64:rawm w64k:memcpy w64kc:memcpy w64k:w64kc q2:w64 lat:rawlat slat:rawlat lat99:rawlat99; do
+  sp[$pair]=$(spread "${v[${pair%:*}]}" "${v[${pair#*:}]}")
+done
 csv=$build/bench-dataplane-$ptype.csv
-echo "port,case,droce,baseline,unit,ratio,data" >"$csv"
+echo "port,case,droce,baseline,unit,ratio,data,round_ratios" >"$csv"
 awk -v raw="$raw" -v m="$w64" -v ok="$(ok_all ${ok[w64]})" -v mm="$w64m" -v mmok="$(ok_all ${ok[w64m]})" \
     -v s64="$s64" -v s64ok="$(ok_all ${ok[s64]})" -v r64="$r64" -v r64ok="$(ok_all ${ok[r64]})" -v slat="${slat:-0}" \
     -v q2="$q2" -v q2ok="$(ok_all ${ok[q2]})" \
     -v g="$w64k" -v gok="$(ok_all ${ok[w64k]})" -v mc="$mc" -v gc="$w64kc" -v gcok="$(ok_all ${ok[w64kc]})" \
-    -v lat="${lat:-0}" -v rawlat="${rawlat:-0}" -v lat99="${lat99:-0}" -v rawlat99="${rawlat99:-0}" -v pt="$ptype" -v mtu="$mtu" -v secs="$secs" -v rounds="$rounds" -v csv="$csv" '
+    -v lat="${lat:-0}" -v rawlat="${rawlat:-0}" -v lat99="${lat99:-0}" -v rawlat99="${rawlat99:-0}" -v pt="$ptype" -v mtu="$mtu" -v secs="$secs" -v rounds="$rounds" -v csv="$csv" \
+    -v sp="${sp[w64:rawm]} ${sp[w64m:rawm]} ${sp[s64:rawm]} ${sp[r64:rawm]} ${sp[w64k:memcpy]} ${sp[w64kc:memcpy]} ${sp[w64k:w64kc]} ${sp[q2:w64]} ${sp[lat:rawlat]} ${sp[slat:rawlat]} ${sp[lat99:rawlat99]}" '
 function row(name, d, b, unit, fmt, okk,   ratio) {
   ratio = (b > 0 ? sprintf("%.3f", d / b) : "n/a")
-  printf "%-46s " fmt " %-5s " fmt " %-5s %7s  (data %s)\n", name, d, unit, b, unit, ratio, okk
-  printf "%s,\"%s\",%s,%s,%s,%s,%s\n", pt, name, d, b, unit, ratio, okk >> csv
+  ++nrow
+  printf "%-46s " fmt " %-5s " fmt " %-5s %7s %11s  (data %s)\n", name, d, unit, b, unit, ratio, spr[nrow], okk
+  printf "%s,\"%s\",%s,%s,%s,%s,%s,%s\n", pt, name, d, b, unit, ratio, okk, spr[nrow] >> csv
 }
 BEGIN {
-  printf "== droce dataplane vs baselines (net_%s, 1 lcore per side, %s s runs, median of %s alternating rounds)\n", pt, secs, rounds
-  printf "%-46s %17s %17s %7s\n", "case", "droce", "baseline", "ratio"
+  split(sp, spr, " ")
+  printf "== droce dataplane vs baselines (net_%s, 1 lcore per side, %s s runs, median of %s alternating rounds;\n", pt, secs, rounds
+  printf "   \"rounds\": the lowest and highest of each round'"'"'s droce figure over the same round'"'"'s baseline)\n"
+  printf "%-46s %17s %17s %7s %11s\n", "case", "droce", "baseline", "ratio", "rounds"
   row("64 B RC WRITE rate vs testpmd 64 B rx rate", m, raw / 1e6, "Mpps", "%11.4f", ok)
   row("64 B RC WRITE, 1 WR in 32 signaled, vs testpmd", mm, raw / 1e6, "Mpps", "%11.4f", mmok)
   row("64 B RC SEND, 1 WR in 32 signaled, vs testpmd", s64, raw / 1e6, "Mpps", "%11.4f", s64ok)
