@@ -58,9 +58,12 @@ def plot_port(build, port):
     size = [r for r in rows(os.path.join(build, f"bench-size-{port}.csv")) if num(r["mpps"])]
     if size:
         ax.plot([num(r["size"]) for r in size], [num(r["mpps"]) for r in size], "o-", label="droce RC WRITE")
-        raw = baseline(build, port, "64 B RC WRITE rate")
+        raw = baseline(build, port, "64 B RC WRITE rate vs testpmd")
         if raw:
             ax.axhline(raw, color="gray", ls="--", label=f"testpmd 64 B frames ({raw:.2f} Mpps)")
+        rawbw = baseline(build, port, "64 B RC WRITE rate vs raw_ethernet_bw")
+        if rawbw:
+            ax.axhline(rawbw, color="gray", ls=":", label=f"droce-perf raw_ethernet_bw 64 B ({rawbw:.2f} Mpps)")
         ax.set_xscale("log", base=2)
         ax.legend()
     else:

@@ -4,8 +4,9 @@
 // run send/write/read/atomic x bw/lat with the data verified. Bandwidth tests
 // take up to 65536 QPs (-q), the work requests in flight (-t) shared out over
 // them.
-// raw_ethernet_lat: frames echoed through the same port with no transport,
-// the latency baseline (test/bench/bench_dataplane.sh prints the ratio).
+// raw_ethernet_lat / raw_ethernet_bw: frames echoed / streamed through the
+// same port with no transport, the latency and message-rate baselines
+// (test/bench/bench_dataplane.sh prints the ratios).
 //
 //   server:  droce-perf write_bw --device net_af_packet0,iface=vb --ip 10.20.0.2 -- --lcores=0@1
 //   client:  droce-perf write_bw 127.0.0.1 --device net_af_packet0,iface=va --ip 10.20.0.1 -s 4096 -- ...
@@ -1159,6 +1160,125 @@ int run_raw_lat(const Opts& o, engine::Embedded& node) {
   return errors == 0 ? 0 : 1;
 }
 
+// ---------------------------------------------------------------- raw_ethernet_bw
+// The baseline of the message-rate ratio, measured by the same tool through
+// the same port (like perftest's raw_ethernet_bw): the client sends Ethernet
+// frames of -s bytes (the raw_ethernet_lat frame: ethertype 0x88B5, a
+// sequence number) in bursts of 32 for -D seconds (or -n frames), keeping the
+// ones a full TX ring refused for the next burst; the server counts them. The
+// rate is the server's: frames received after the first --warmup over the
+// time from then to the last one (what testpmd's rxonly side reports, and
+// what droce's write_bw counts: messages delivered). No transport, no ICRC.
+struct RawBwDone {
+  uint64_t sent;
+};
+struct RawBwReport {
+  uint64_t received;  // all frames of ours
+  uint64_t counted;   // after the warm-up
+  double secs;        // from the end of the warm-up to the last frame
+};
+
+int run_raw_bw(const Opts& o, engine::Embedded& node) {
+  dpdk::Port& port = node.port();
+  const uint16_t pid = port.id();
+  const wire::MacAddr me = port.mac();
+  const bool client = !o.host.empty();
+  int fd = client ? tcp_connect(o.host, o.tcp_port) : tcp_listen(o.tcp_port);
+  RawHello mine{}, peer{};
+  std::memcpy(mine.mac, me.data(), 6);
+  mine.size = static_cast<uint16_t>(std::clamp<uint32_t>(o.size, 60, 1514));
+  mine.warmup = o.warmup;
+  mine.iters = o.iters;
+  auto idle = [] {};
+  send_all(fd, &mine, sizeof mine);
+  recv_msg(fd, &peer, sizeof peer, idle, 30);
+  if (!port.wait_link_up(10000)) throw std::runtime_error("raw_ethernet_bw: the port's link is down");
+  const RawHello& cfg = client ? mine : peer;
+  const uint64_t hz = rte_get_tsc_hz();
+  constexpr uint16_t kBurst = 32;
+  bool ok = true;
+  if (client) {
+    const uint64_t start = rte_rdtsc();
+    const uint64_t end = o.duration > 0 ? start + static_cast<uint64_t>(o.duration * static_cast<double>(hz)) : 0;
+    rte_mbuf* m[kBurst];
+    uint16_t held = 0;  // frames a full ring refused, sent first next time
+    uint64_t seq = 0, sent = 0;
+    while (end ? rte_rdtsc() < end : sent < cfg.iters) {
+      if (held < kBurst) {
+        const uint16_t want = kBurst - held;
+        if (rte_pktmbuf_alloc_bulk(port.pool(), m + held, want) != 0) throw std::runtime_error("raw_ethernet_bw: no mbufs");
+        for (uint16_t k = held; k < kBurst; ++k) {
+          auto* d = reinterpret_cast<uint8_t*>(rte_pktmbuf_append(m[k], cfg.size));
+          std::memcpy(d, peer.mac, 6);
+          std::memcpy(d + 6, me.data(), 6);
+          d[12] = kRawEtherType >> 8;
+          d[13] = kRawEtherType & 0xFF;
+          std::memcpy(d + 14, &seq, 8);
+          ++seq;
+        }
+        held = kBurst;
+      }
+      const uint16_t n = rte_eth_tx_burst(pid, 0, m, held);
+      sent += n;
+      if (n < held) std::memmove(m, m + n, (held - n) * sizeof m[0]);
+      held = static_cast<uint16_t>(held - n);
+    }
+    if (held) rte_pktmbuf_free_bulk(m, held);
+    const double tx_secs = static_cast<double>(rte_rdtsc() - start) / static_cast<double>(hz);
+    RawBwDone done{sent};
+    send_all(fd, &done, sizeof done);
+    RawBwReport rep{};
+    recv_msg(fd, &rep, sizeof rep, idle, 30);
+    ok = rep.counted > 0 && rep.received <= sent;
+    print_bw_header(o.gbits);
+    Result r;
+    r.msgs = rep.counted;
+    r.secs = rep.secs;
+    print_bw(cfg.size, r, o.gbits, ok);
+    std::printf(" raw_ethernet_bw: sent %lu frames in %.3f s (%.3f Mpps offered), the server received %lu (%lu lost)\n",
+                static_cast<unsigned long>(sent), tx_secs, static_cast<double>(sent) / tx_secs / 1e6,
+                static_cast<unsigned long>(rep.received), static_cast<unsigned long>(sent - std::min(sent, rep.received)));
+  } else {
+    std::printf(" raw_ethernet_bw server: counting frames of %u bytes\n", cfg.size);
+    rte_mbuf* rx[kBurst];
+    uint64_t received = 0, counted = 0, t_warm = 0, t_last = 0;
+    auto count = [&] {
+      const uint16_t n = rte_eth_rx_burst(pid, 0, rx, kBurst);
+      if (n == 0) return;
+      uint16_t ours = 0;
+      for (uint16_t k = 0; k < n; ++k) {
+        const auto* d = rte_pktmbuf_mtod(rx[k], const uint8_t*);
+        ours += rx[k]->data_len >= 14 && ((d[12] << 8) | d[13]) == kRawEtherType;
+      }
+      rte_pktmbuf_free_bulk(rx, n);
+      if (ours == 0) return;
+      received += ours;
+      const uint64_t now = rte_rdtsc();
+      if (t_warm != 0) {
+        counted += ours;
+        t_last = now;
+      } else if (received >= cfg.warmup) {
+        t_warm = now;  // the frames of this burst end the warm-up
+      }
+    };
+    const double limit = (o.duration > 0 ? o.duration : 0) + static_cast<double>(cfg.iters) / 1e5 + 60;
+    RawBwDone done{};
+    recv_msg(fd, &done, sizeof done, count, limit);
+    // Frames still in the ring when the client's message came.
+    const uint64_t until = rte_rdtsc() + hz / 100;
+    while (rte_rdtsc() < until) count();
+    RawBwReport rep{received, counted, t_last > t_warm ? static_cast<double>(t_last - t_warm) / static_cast<double>(hz) : 0};
+    send_all(fd, &rep, sizeof rep);
+    ok = counted > 0 && received <= done.sent;
+    std::printf(" raw_ethernet_bw server: received %lu of %lu frames, %.6f Mpps after the first %u\n",
+                static_cast<unsigned long>(received), static_cast<unsigned long>(done.sent),
+                rep.secs > 0 ? static_cast<double>(counted) / rep.secs / 1e6 : 0.0, cfg.warmup);
+  }
+  close(fd);
+  std::printf("result: %s\n", ok ? "PASS" : "FAIL");
+  return ok ? 0 : 1;
+}
+
 Params params_from(const Opts& o) {
   Params p;
   std::string t = o.test;
@@ -1530,7 +1650,7 @@ void close_after_peer(engine::Embedded& node) {
 int main(int argc, char** argv) {
   Opts o;
   CLI::App app{"droce-perf: perftest-like RoCEv2 benchmark between two droce nodes"};
-  app.add_option("test", o.test, "send_bw send_lat write_bw write_lat read_bw read_lat atomic_bw atomic_lat, or raw_ethernet_lat (frames with no transport: the baseline)")->required();
+  app.add_option("test", o.test, "send_bw send_lat write_bw write_lat read_bw read_lat atomic_bw atomic_lat, or raw_ethernet_bw / raw_ethernet_lat (frames with no transport: the baselines)")->required();
   app.add_option("server", o.host, "server address for the TCP exchange (client side); none: be the server");
   engine::add_node_options(app, o.device, o.ip, o.mac);
   app.add_option("-s,--size", o.size, "message size in bytes")->check(CLI::Range(1u, 1u << 30));
@@ -1539,7 +1659,8 @@ int main(int argc, char** argv) {
   app.add_option("-n,--iters", o.iters, "iterations")->check(CLI::Range(uint64_t{1}, uint64_t{1} << 40));
   app.add_option("--warmup", o.warmup,
                  "latency tests and raw_ethernet_lat: ping-pongs run first and not counted (the first round through "
-                 "the port's rings faults in their pages; 0: every iteration counted, as perftest does)")
+                 "the port's rings faults in their pages; 0: every iteration counted, as perftest does); "
+                 "raw_ethernet_bw: frames the server receives before it starts counting")
       ->check(CLI::Range(0u, 1u << 24))
       ->capture_default_str();
   app.add_option("-D,--duration", o.duration, "run for this many seconds (bw tests)");
@@ -1609,13 +1730,13 @@ int main(int argc, char** argv) {
   if (const auto rc = engine::parse_node_command_line(app, argc, argv, eal)) return *rc;
   spdlog::set_level(spdlog::level::warn);
   try {
-    const bool raw = o.test == "raw_ethernet_lat";
+    const bool raw = o.test == "raw_ethernet_lat" || o.test == "raw_ethernet_bw";
     if (!raw) {
       Params check = params_from(o);  // reject bad combinations before starting DPDK
       (void)check;
     }
     auto node = std::make_unique<engine::Embedded>(embed_options(o, eal));
-    if (raw) return run_raw_lat(o, *node);
+    if (raw) return o.test == "raw_ethernet_bw" ? run_raw_bw(o, *node) : run_raw_lat(o, *node);
     apply_faults(*node, o);
     engine::announce_node(*node, o.device, o.gid_index, "-x");
     if (!o.host.empty()) {

@@ -2,7 +2,9 @@
 # droce's dataplane against its baselines, in one run, same port type and core
 # count (one lcore per side: sender/client on CPU 0, receiver/server on CPU 1):
 #   1. 64-byte RC WRITE message rate (droce-perf write_bw -s 64) vs the raw
-#      64-byte packet rate of dpdk-testpmd (txonly -> rxonly) through the same port,
+#      64-byte frame rate of droce-perf raw_ethernet_bw (the same tool, no
+#      transport: a burst of 32 frames at a time, the server's count) and of
+#      dpdk-testpmd (txonly -> rxonly) through the same port,
 #      every WR signaled and one in 32 (--cq-mod 32: perftest's ib_write_bw
 #      signals one in 100 by default); 64-byte SEND (one in 32) and READ the same;
 #   2. 64 KiB RC WRITE throughput vs memcpy bandwidth of 64 KiB blocks, with
@@ -84,6 +86,8 @@ port=18600
 declare -A v ok
 for r in $(seq 1 "$rounds"); do
   v[raw]+=" $(raw_pps)"
+  droce_perf_run "$tmp/rawbw.log" 1 raw_ethernet_bw -s 64 -D "$secs"
+  v[rawbw]+=" $(col "$tmp/rawbw.log" 4)"; ok[rawbw]+=" $(col "$tmp/rawbw.log" 5)"
   droce_perf_run "$tmp/w64.log" 1 write_bw -s 64 -D "$secs" -t 128 --window 128
   v[w64]+=" $(col "$tmp/w64.log" 4)"; ok[w64]+=" $(col "$tmp/w64.log" 5)"
   droce_perf_run "$tmp/w64m.log" 1 write_bw -s 64 -D "$secs" -t 128 --window 128 --cq-mod 32
@@ -111,7 +115,7 @@ for r in $(seq 1 "$rounds"); do
   v[rawlat]+=" $(awk '$1 == 64 && NF >= 8 {print $5}' "$tmp/rawlat.log" | tail -1)"
   v[rawlat99]+=" $(awk '$1 == 64 && NF >= 8 {print $7}' "$tmp/rawlat.log" | tail -1)"
 done
-raw=$(median <<<"${v[raw]}")
+raw=$(median <<<"${v[raw]}"); rawbw=$(median <<<"${v[rawbw]}")
 w64=$(median <<<"${v[w64]}"); w64m=$(median <<<"${v[w64m]}"); s64=$(median <<<"${v[s64]}"); r64=$(median <<<"${v[r64]}")
 w64k=$(median <<<"${v[w64k]}"); w64kc=$(median <<<"${v[w64kc]}")
 q2=$(median <<<"${v[q2]}"); mc=$(median <<<"${v[memcpy]}")
@@ -127,7 +131,7 @@ spread() {
 }
 v[rawm]=$(for x in ${v[raw]}; do awk -v x="$x" 'BEGIN {print x / 1e6}'; done | tr '\n' ' ')  # Mpps, as droce's
 declare -A sp
-for pair in w64:rawm w64m:rawm s64:rawm r64:rawm w64k:memcpy w64kc:memcpy w64k:w64kc q2:w64 lat:rawlat slat:rawlat lat99:rawlat99; do
+for pair in rawbw:rawm w64:rawbw w64:rawm w64m:rawm s64:rawm r64:rawm w64k:memcpy w64kc:memcpy w64k:w64kc q2:w64 lat:rawlat slat:rawlat lat99:rawlat99; do
   sp[$pair]=$(spread "${v[${pair%:*}]}" "${v[${pair#*:}]}")
 done
 csv=$build/bench-dataplane-$ptype.csv
@@ -137,7 +141,8 @@ awk -v raw="$raw" -v m="$w64" -v ok="$(ok_all ${ok[w64]})" -v mm="$w64m" -v mmok
     -v q2="$q2" -v q2ok="$(ok_all ${ok[q2]})" \
     -v g="$w64k" -v gok="$(ok_all ${ok[w64k]})" -v mc="$mc" -v gc="$w64kc" -v gcok="$(ok_all ${ok[w64kc]})" \
     -v lat="${lat:-0}" -v rawlat="${rawlat:-0}" -v lat99="${lat99:-0}" -v rawlat99="${rawlat99:-0}" -v pt="$ptype" -v mtu="$mtu" -v secs="$secs" -v rounds="$rounds" -v csv="$csv" \
-    -v sp="${sp[w64:rawm]} ${sp[w64m:rawm]} ${sp[s64:rawm]} ${sp[r64:rawm]} ${sp[w64k:memcpy]} ${sp[w64kc:memcpy]} ${sp[w64k:w64kc]} ${sp[q2:w64]} ${sp[lat:rawlat]} ${sp[slat:rawlat]} ${sp[lat99:rawlat99]}" '
+    -v rawbw="$rawbw" -v rawbwok="$(ok_all ${ok[rawbw]})" \
+    -v sp="${sp[rawbw:rawm]} ${sp[w64:rawbw]} ${sp[w64:rawm]} ${sp[w64m:rawm]} ${sp[s64:rawm]} ${sp[r64:rawm]} ${sp[w64k:memcpy]} ${sp[w64kc:memcpy]} ${sp[w64k:w64kc]} ${sp[q2:w64]} ${sp[lat:rawlat]} ${sp[slat:rawlat]} ${sp[lat99:rawlat99]}" '
 function row(name, d, b, unit, fmt, okk,   ratio) {
   ratio = (b > 0 ? sprintf("%.3f", d / b) : "n/a")
   ++nrow
@@ -149,6 +154,8 @@ BEGIN {
   printf "== droce dataplane vs baselines (net_%s, 1 lcore per side, %s s runs, median of %s alternating rounds;\n", pt, secs, rounds
   printf "   \"rounds\": the lowest and highest of each round'"'"'s droce figure over the same round'"'"'s baseline)\n"
   printf "%-46s %17s %17s %7s %11s\n", "case", "droce", "baseline", "ratio", "rounds"
+  row("64 B frames: droce-perf raw_ethernet_bw vs testpmd", rawbw, raw / 1e6, "Mpps", "%11.4f", rawbwok)
+  row("64 B RC WRITE rate vs raw_ethernet_bw", m, rawbw, "Mpps", "%11.4f", ok)
   row("64 B RC WRITE rate vs testpmd 64 B rx rate", m, raw / 1e6, "Mpps", "%11.4f", ok)
   row("64 B RC WRITE, 1 WR in 32 signaled, vs testpmd", mm, raw / 1e6, "Mpps", "%11.4f", mmok)
   row("64 B RC SEND, 1 WR in 32 signaled, vs testpmd", s64, raw / 1e6, "Mpps", "%11.4f", s64ok)

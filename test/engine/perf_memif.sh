@@ -2,8 +2,9 @@
 # Two droce-perf nodes in two processes joined by net_memif (shared memory),
 # inside a network namespace of their own (its loopback carries the TCP
 # exchange): write, read, send (also every size from 2 B, -a) and atomic with
-# the data verified, and the raw frame ping-pong (raw_ethernet_lat) every frame
-# of which must come back. A bandwidth run with -q N (N > 1) must also have
+# the data verified, the raw frame ping-pong (raw_ethernet_lat) every frame
+# of which must come back, and the raw frame stream (raw_ethernet_bw) every
+# frame of which the server must count. A bandwidth run with -q N (N > 1) must also have
 # set up N QPs on both sides and every one of them must have completed
 # messages (the client's "per-QP messages: ... over N QPs, 0 without a
 # completion"). DROCE_PERF_RUNS: the runs, separated by ';'.
@@ -37,7 +38,7 @@ more than the 256 MiB droce-perf takes per side|-q 65536 -s 65536
 send-queue entries in all|-q 65536 -s 64 -t 128 --tx-depth-per-qp
 LIMITS
 fi
-IFS=';' read -ra list <<<"${DROCE_PERF_RUNS:-write_bw -s 65536 -n 500;write_bw -s 64 -n 20000;read_bw -s 4096 -n 2000;send_bw -s 1024 -n 5000;send_bw -a --max-size 64 -n 1000;atomic_bw -n 5000;write_lat -s 64 -n 1000;raw_ethernet_lat -s 64 -n 2000}"
+IFS=';' read -ra list <<<"${DROCE_PERF_RUNS:-write_bw -s 65536 -n 500;write_bw -s 64 -n 20000;read_bw -s 4096 -n 2000;send_bw -s 1024 -n 5000;send_bw -a --max-size 64 -n 1000;atomic_bw -n 5000;write_lat -s 64 -n 1000;raw_ethernet_lat -s 64 -n 2000;raw_ethernet_bw -s 64 -n 200000}"
 for run in "${list[@]}"; do
   read -ra args <<<"$run"
   port=$((port + 1))
@@ -66,6 +67,11 @@ for run in "${list[@]}"; do
     grep -q "client connected: ${qps} QP(s)" "$tmp/server.log" || qbad="the server did not set up $qps QPs"
     grep -Eq "^ per-QP messages: min [1-9][0-9]* .* over ${qps} QPs, 0 without a completion" "$tmp/client.log" ||
       qbad="not every one of the $qps QPs completed messages"
+  fi
+  # memif loses nothing: every frame raw_ethernet_bw sent is counted by the server.
+  if [ "$crc" -eq 0 ] && [ "${args[0]}" = raw_ethernet_bw ]; then
+    grep -Eq '^ raw_ethernet_bw: sent ([0-9]+) frames .* the server received \1 \(0 lost\)' "$tmp/client.log" ||
+      qbad="raw_ethernet_bw: frames lost on memif"
   fi
   if [ -n "$qbad" ]; then
     echo "FAIL: memif ${args[*]}: $qbad"
