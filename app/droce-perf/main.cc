@@ -1073,47 +1073,59 @@ bool raw_is_ours(const rte_mbuf* m, uint64_t* seq) {
   return true;
 }
 
-int run_raw_lat(const Opts& o, engine::Embedded& node) {
-  dpdk::Port& port = node.port();
-  const uint16_t pid = port.id();
-  const wire::MacAddr me = port.mac();
-  const bool client = !o.host.empty();
-  int fd = client ? tcp_connect(o.host, o.tcp_port) : tcp_listen(o.tcp_port);
+// Both raw tests: the TCP exchange of MACs and the client's settings, then
+// the port's link up. cfg is the client's settings on both sides.
+struct RawSetup {
+  dpdk::Port& port;
+  uint16_t pid;
+  wire::MacAddr me;
+  bool client;
+  int fd;
   RawHello mine{}, peer{};
-  std::memcpy(mine.mac, me.data(), 6);
-  mine.size = static_cast<uint16_t>(std::clamp<uint32_t>(o.size, 60, 1514));
-  mine.warmup = o.warmup;
-  mine.iters = o.iters;
-  auto idle = [] {};
-  send_all(fd, &mine, sizeof mine);
-  recv_msg(fd, &peer, sizeof peer, idle, 30);
-  if (!port.wait_link_up(10000)) throw std::runtime_error("raw_ethernet_lat: the port's link is down");
-  const RawHello& cfg = client ? mine : peer;
+  const RawHello& cfg() const noexcept { return client ? mine : peer; }
+};
+
+RawSetup raw_setup(const Opts& o, engine::Embedded& node) {
+  RawSetup r{node.port(), node.port().id(), node.port().mac(), !o.host.empty(), -1};
+  r.fd = r.client ? tcp_connect(o.host, o.tcp_port) : tcp_listen(o.tcp_port);
+  std::memcpy(r.mine.mac, r.me.data(), 6);
+  r.mine.size = static_cast<uint16_t>(std::clamp<uint32_t>(o.size, 60, 1514));
+  r.mine.warmup = o.warmup;
+  r.mine.iters = o.iters;
+  send_all(r.fd, &r.mine, sizeof r.mine);
+  recv_msg(r.fd, &r.peer, sizeof r.peer, [] {}, 30);
+  if (!r.port.wait_link_up(10000)) throw std::runtime_error(o.test + ": the port's link is down");
+  return r;
+}
+
+int run_raw_lat(const Opts& o, engine::Embedded& node) {
+  const RawSetup rs = raw_setup(o, node);
+  const RawHello& cfg = rs.cfg();
   const uint64_t total = cfg.warmup + cfg.iters;
   const uint64_t hz = rte_get_tsc_hz();
   rte_mbuf* rx[32];
   Result r;
   uint64_t errors = 0;
-  if (client) {
+  if (rs.client) {
     print_lat_header();
     r.lat_us.reserve(cfg.iters);
     for (uint64_t i = 0; i < total && errors == 0; ++i) {
-      rte_mbuf* m = rte_pktmbuf_alloc(port.pool());
+      rte_mbuf* m = rte_pktmbuf_alloc(rs.port.pool());
       if (!m) throw std::runtime_error("raw_ethernet_lat: no mbuf");
       auto* d = reinterpret_cast<uint8_t*>(rte_pktmbuf_append(m, cfg.size));
       std::memset(d, 0, cfg.size);
-      std::memcpy(d, peer.mac, 6);
-      std::memcpy(d + 6, me.data(), 6);
+      std::memcpy(d, rs.peer.mac, 6);
+      std::memcpy(d + 6, rs.me.data(), 6);
       d[12] = kRawEtherType >> 8;
       d[13] = kRawEtherType & 0xFF;
       std::memcpy(d + 14, &i, 8);
       const uint64_t t0 = rte_rdtsc();
       uint64_t spins = 0;
-      while (rte_eth_tx_burst(pid, 0, &m, 1) == 0)
+      while (rte_eth_tx_burst(rs.pid, 0, &m, 1) == 0)
         if (++spins > 10'000'000) throw std::runtime_error("raw_ethernet_lat: TX queue stays full");
       bool back = false;
       while (!back) {
-        const uint16_t n = rte_eth_rx_burst(pid, 0, rx, 32);
+        const uint16_t n = rte_eth_rx_burst(rs.pid, 0, rx, 32);
         for (uint16_t k = 0; k < n; ++k) {
           uint64_t seq;
           if (raw_is_ours(rx[k], &seq) && seq == i) back = true;
@@ -1132,7 +1144,7 @@ int run_raw_lat(const Opts& o, engine::Embedded& node) {
     std::printf(" raw_ethernet_lat server: echoing %lu frames of %u bytes\n", static_cast<unsigned long>(total), cfg.size);
     uint64_t echoed = 0, last = rte_rdtsc();
     while (echoed < total) {
-      const uint16_t n = rte_eth_rx_burst(pid, 0, rx, 32);
+      const uint16_t n = rte_eth_rx_burst(rs.pid, 0, rx, 32);
       for (uint16_t k = 0; k < n; ++k) {
         uint64_t seq;
         if (!raw_is_ours(rx[k], &seq)) {
@@ -1140,10 +1152,10 @@ int run_raw_lat(const Opts& o, engine::Embedded& node) {
           continue;
         }
         auto* d = rte_pktmbuf_mtod(rx[k], uint8_t*);
-        std::memcpy(d, peer.mac, 6);
-        std::memcpy(d + 6, me.data(), 6);
+        std::memcpy(d, rs.peer.mac, 6);
+        std::memcpy(d + 6, rs.me.data(), 6);
         uint64_t spins = 0;
-        while (rte_eth_tx_burst(pid, 0, &rx[k], 1) == 0)
+        while (rte_eth_tx_burst(rs.pid, 0, &rx[k], 1) == 0)
           if (++spins > 10'000'000) throw std::runtime_error("raw_ethernet_lat: TX queue stays full");
         ++echoed;
         last = rte_rdtsc();
@@ -1155,7 +1167,7 @@ int run_raw_lat(const Opts& o, engine::Embedded& node) {
       }
     }
   }
-  close(fd);
+  close(rs.fd);
   std::printf("result: %s\n", errors == 0 ? "PASS" : "FAIL");
   return errors == 0 ? 0 : 1;
 }
@@ -1179,25 +1191,13 @@ struct RawBwReport {
 };
 
 int run_raw_bw(const Opts& o, engine::Embedded& node) {
-  dpdk::Port& port = node.port();
-  const uint16_t pid = port.id();
-  const wire::MacAddr me = port.mac();
-  const bool client = !o.host.empty();
-  int fd = client ? tcp_connect(o.host, o.tcp_port) : tcp_listen(o.tcp_port);
-  RawHello mine{}, peer{};
-  std::memcpy(mine.mac, me.data(), 6);
-  mine.size = static_cast<uint16_t>(std::clamp<uint32_t>(o.size, 60, 1514));
-  mine.warmup = o.warmup;
-  mine.iters = o.iters;
+  const RawSetup rs = raw_setup(o, node);
+  const RawHello& cfg = rs.cfg();
   auto idle = [] {};
-  send_all(fd, &mine, sizeof mine);
-  recv_msg(fd, &peer, sizeof peer, idle, 30);
-  if (!port.wait_link_up(10000)) throw std::runtime_error("raw_ethernet_bw: the port's link is down");
-  const RawHello& cfg = client ? mine : peer;
   const uint64_t hz = rte_get_tsc_hz();
   constexpr uint16_t kBurst = 32;
   bool ok = true;
-  if (client) {
+  if (rs.client) {
     const uint64_t start = rte_rdtsc();
     const uint64_t end = o.duration > 0 ? start + static_cast<uint64_t>(o.duration * static_cast<double>(hz)) : 0;
     rte_mbuf* m[kBurst];
@@ -1206,11 +1206,11 @@ int run_raw_bw(const Opts& o, engine::Embedded& node) {
     while (end ? rte_rdtsc() < end : sent < cfg.iters) {
       if (held < kBurst) {
         const uint16_t want = kBurst - held;
-        if (rte_pktmbuf_alloc_bulk(port.pool(), m + held, want) != 0) throw std::runtime_error("raw_ethernet_bw: no mbufs");
+        if (rte_pktmbuf_alloc_bulk(rs.port.pool(), m + held, want) != 0) throw std::runtime_error("raw_ethernet_bw: no mbufs");
         for (uint16_t k = held; k < kBurst; ++k) {
           auto* d = reinterpret_cast<uint8_t*>(rte_pktmbuf_append(m[k], cfg.size));
-          std::memcpy(d, peer.mac, 6);
-          std::memcpy(d + 6, me.data(), 6);
+          std::memcpy(d, rs.peer.mac, 6);
+          std::memcpy(d + 6, rs.me.data(), 6);
           d[12] = kRawEtherType >> 8;
           d[13] = kRawEtherType & 0xFF;
           std::memcpy(d + 14, &seq, 8);
@@ -1218,7 +1218,7 @@ int run_raw_bw(const Opts& o, engine::Embedded& node) {
         }
         held = kBurst;
       }
-      const uint16_t n = rte_eth_tx_burst(pid, 0, m, held);
+      const uint16_t n = rte_eth_tx_burst(rs.pid, 0, m, held);
       sent += n;
       if (n < held) std::memmove(m, m + n, (held - n) * sizeof m[0]);
       held = static_cast<uint16_t>(held - n);
@@ -1226,9 +1226,9 @@ int run_raw_bw(const Opts& o, engine::Embedded& node) {
     if (held) rte_pktmbuf_free_bulk(m, held);
     const double tx_secs = static_cast<double>(rte_rdtsc() - start) / static_cast<double>(hz);
     RawBwDone done{sent};
-    send_all(fd, &done, sizeof done);
+    send_all(rs.fd, &done, sizeof done);
     RawBwReport rep{};
-    recv_msg(fd, &rep, sizeof rep, idle, 30);
+    recv_msg(rs.fd, &rep, sizeof rep, idle, 30);
     ok = rep.counted > 0 && rep.received <= sent;
     print_bw_header(o.gbits);
     Result r;
@@ -1243,7 +1243,7 @@ int run_raw_bw(const Opts& o, engine::Embedded& node) {
     rte_mbuf* rx[kBurst];
     uint64_t received = 0, counted = 0, t_warm = 0, t_last = 0;
     auto count = [&] {
-      const uint16_t n = rte_eth_rx_burst(pid, 0, rx, kBurst);
+      const uint16_t n = rte_eth_rx_burst(rs.pid, 0, rx, kBurst);
       if (n == 0) return;
       uint16_t ours = 0;
       for (uint16_t k = 0; k < n; ++k) {
@@ -1263,18 +1263,18 @@ int run_raw_bw(const Opts& o, engine::Embedded& node) {
     };
     const double limit = (o.duration > 0 ? o.duration : 0) + static_cast<double>(cfg.iters) / 1e5 + 60;
     RawBwDone done{};
-    recv_msg(fd, &done, sizeof done, count, limit);
-    // Frames still in the ring when the client's message came.
+    recv_msg(rs.fd, &done, sizeof done, count, limit);
+    // Frames still in the ring when the rs.client's message came.
     const uint64_t until = rte_rdtsc() + hz / 100;
     while (rte_rdtsc() < until) count();
     RawBwReport rep{received, counted, t_last > t_warm ? static_cast<double>(t_last - t_warm) / static_cast<double>(hz) : 0};
-    send_all(fd, &rep, sizeof rep);
+    send_all(rs.fd, &rep, sizeof rep);
     ok = counted > 0 && received <= done.sent;
     std::printf(" raw_ethernet_bw server: received %lu of %lu frames, %.6f Mpps after the first %u\n",
                 static_cast<unsigned long>(received), static_cast<unsigned long>(done.sent),
                 rep.secs > 0 ? static_cast<double>(counted) / rep.secs / 1e6 : 0.0, cfg.warmup);
   }
-  close(fd);
+  close(rs.fd);
   std::printf("result: %s\n", ok ? "PASS" : "FAIL");
   return ok ? 0 : 1;
 }
