@@ -20,14 +20,15 @@ namespace droce::wire {
 // new CRC, and crc32_update(crc32_update(0, a), b) == CRC of a then b.
 uint32_t crc32_update(uint32_t crc, const uint8_t* data, size_t len) noexcept;
 
-// Which CRC-32 implementation is in use ("vpclmulqdq", "pclmul" or "table"), for reports.
+// Which CRC-32 implementation is in use ("vpclmulqdq", "vpclmulqdq-256", "pclmul" or "table"), for reports.
 const char* crc32_impl_name() noexcept;
 
 // The implementations: byte tables (zlib's), 128-bit carry-less folding, and
-// 512-bit folding of long runs on top. The best the CPU has is chosen at
-// start; crc32_select picks another (tests check each path the CPU can run;
-// not for use while other threads compute CRCs). False if the CPU lacks it.
-enum class Crc32Impl : uint8_t { Table, Pclmul, Vpclmul };
+// 512-bit (AVX-512) or 256-bit (AVX2) VPCLMULQDQ folding of long runs on top.
+// The best the CPU has is chosen at start; crc32_select picks another (tests
+// check each path the CPU can run; not for use while other threads compute
+// CRCs). False if the CPU lacks it.
+enum class Crc32Impl : uint8_t { Table, Pclmul, Vpclmul, Vpclmul256 };
 Crc32Impl crc32_impl() noexcept;
 bool crc32_select(Crc32Impl impl) noexcept;
 

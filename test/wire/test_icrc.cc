@@ -44,7 +44,7 @@ TEST_CASE("crc32: folded implementation equals zlib at every length and alignmen
 }
 
 TEST_CASE("crc32: a fold over pieces equals one pass, whatever the cuts", "[wire][icrc]") {
-  const ImplScope impl(GENERATE(Crc32Impl::Table, Crc32Impl::Pclmul, Crc32Impl::Vpclmul));
+  const ImplScope impl(GENERATE(Crc32Impl::Table, Crc32Impl::Pclmul, Crc32Impl::Vpclmul, Crc32Impl::Vpclmul256));
   if (!impl.selected) return;
   INFO("implementation " << crc32_impl_name());
   std::mt19937 rng(777);
@@ -88,7 +88,7 @@ static uint32_t icrc_reference(const std::vector<uint8_t>& pkt, size_t ihl, bool
 }
 
 TEST_CASE("icrc: masked headers by the definition, IPv4 (with and without options) and IPv6", "[wire][icrc]") {
-  const ImplScope impl(GENERATE(Crc32Impl::Table, Crc32Impl::Pclmul, Crc32Impl::Vpclmul));
+  const ImplScope impl(GENERATE(Crc32Impl::Table, Crc32Impl::Pclmul, Crc32Impl::Vpclmul, Crc32Impl::Vpclmul256));
   if (!impl.selected) return;
   INFO("implementation " << crc32_impl_name());
   // IPv4 without options at every length from the bare headers to past the
@@ -118,7 +118,7 @@ TEST_CASE("icrc: masked headers by the definition, IPv4 (with and without option
 }
 
 TEST_CASE("icrc: a burst gives each packet the ICRC icrc_compute gives it, mixed lengths and kinds", "[wire][icrc]") {
-  const ImplScope impl(GENERATE(Crc32Impl::Table, Crc32Impl::Pclmul, Crc32Impl::Vpclmul));
+  const ImplScope impl(GENERATE(Crc32Impl::Table, Crc32Impl::Pclmul, Crc32Impl::Vpclmul, Crc32Impl::Vpclmul256));
   if (!impl.selected) return;
   INFO("implementation " << crc32_impl_name());
   std::mt19937 rng(31337);
