@@ -41,10 +41,16 @@ rc=$?
 [ "$rc" -ne 0 ] && { echo "FAIL droced nodes did not start"; exit 1; }
 
 # on NODE SECS CMD...: CMD in the kernel namespace through node NODE's droced.
+# Started in the background (or inside $(...)) it execs, so that $! is the
+# `timeout` (ip netns exec and env exec as well), which passes a TERM on to
+# the program: a TERM to the function's bash subshell left the program
+# running (a failed perftest -R attempt's server lived on next to its retry,
+# holding two connections that cmtime's check then found on node a).
 on() {
-  local node=$1 secs=$2
+  local node=$1 secs=$2 x=
   shift 2
-  DROCE_SOCKET=$T/$node-verbs.sock \
+  [ "$BASHPID" != "$$" ] && x=exec
+  DROCE_SOCKET=$T/$node-verbs.sock $x \
     ip netns exec "$DP_K" timeout -k 5 "$secs" \
     ${DROCE_TEST_PRELOAD:+env LD_PRELOAD="$DROCE_TEST_PRELOAD" ASAN_OPTIONS=detect_leaks=0} "$@"
 }

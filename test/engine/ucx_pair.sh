@@ -50,9 +50,12 @@ export UCX_UD_VERBS_ETH_DGID_CHECK=n
 # on NODE SECS CMD...: CMD in the kernel namespace through node NODE's droced,
 # in a mount namespace of its own whose /dev has /dev/infiniband/droce0.
 on() {
-  local node=$1 secs=$2
+  local node=$1 secs=$2 x=
   shift 2
-  DROCE_SOCKET=$T/$node-verbs.sock ip netns exec "$DP_K" unshare -m --propagation private \
+  # In the background, exec: $! is then the program's `timeout` (ip netns
+  # exec, unshare and bash -c exec too), which a TERM reaches.
+  [ "$BASHPID" != "$$" ] && x=exec
+  DROCE_SOCKET=$T/$node-verbs.sock $x ip netns exec "$DP_K" unshare -m --propagation private \
     bash -c 'o=$(mktemp -d) && mount -t tmpfs tmpfs "$o" && mkdir "$o/u" "$o/w" &&
       mount -t overlay overlay -o "lowerdir=/dev,upperdir=$o/u,workdir=$o/w" /dev &&
       mkdir -p /dev/infiniband && mknod -m 666 /dev/infiniband/droce0 c 1 3 || exit 125
