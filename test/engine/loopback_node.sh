@@ -31,7 +31,13 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 if ! ip netns add "$ns" 2>/dev/null; then echo "SKIP: cannot create network namespaces"; exit 77; fi
-in_ns() { ip netns exec "$ns" "$@"; }
+# In the background it execs (as cm_pair.sh's on()): $! is then the
+# program's `timeout`, which passes the TERM of a failed pair on.
+in_ns() {
+  local x=
+  [ "$BASHPID" != "$$" ] && x=exec
+  $x ip netns exec "$ns" "$@"
+}
 ok() { pass=$((pass + 1)); echo "ok   $*"; }
 bad() { fail=$((fail + 1)); echo "FAIL $*"; }
 ip -n "$ns" link set lo up
