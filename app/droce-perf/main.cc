@@ -1098,6 +1098,15 @@ RawSetup raw_setup(const Opts& o, engine::Embedded& node) {
   return r;
 }
 
+// A raw frame's header: the peer's MAC, ours, the ethertype, the sequence number.
+void raw_header(uint8_t* d, const RawSetup& rs, uint64_t seq) {
+  std::memcpy(d, rs.peer.mac, 6);
+  std::memcpy(d + 6, rs.me.data(), 6);
+  d[12] = kRawEtherType >> 8;
+  d[13] = kRawEtherType & 0xFF;
+  std::memcpy(d + 14, &seq, 8);
+}
+
 int run_raw_lat(const Opts& o, engine::Embedded& node) {
   const RawSetup rs = raw_setup(o, node);
   const RawHello& cfg = rs.cfg();
@@ -1114,11 +1123,7 @@ int run_raw_lat(const Opts& o, engine::Embedded& node) {
       if (!m) throw std::runtime_error("raw_ethernet_lat: no mbuf");
       auto* d = reinterpret_cast<uint8_t*>(rte_pktmbuf_append(m, cfg.size));
       std::memset(d, 0, cfg.size);
-      std::memcpy(d, rs.peer.mac, 6);
-      std::memcpy(d + 6, rs.me.data(), 6);
-      d[12] = kRawEtherType >> 8;
-      d[13] = kRawEtherType & 0xFF;
-      std::memcpy(d + 14, &i, 8);
+      raw_header(d, rs, i);
       const uint64_t t0 = rte_rdtsc();
       uint64_t spins = 0;
       while (rte_eth_tx_burst(rs.pid, 0, &m, 1) == 0)
@@ -1208,13 +1213,7 @@ int run_raw_bw(const Opts& o, engine::Embedded& node) {
         const uint16_t want = kBurst - held;
         if (rte_pktmbuf_alloc_bulk(rs.port.pool(), m + held, want) != 0) throw std::runtime_error("raw_ethernet_bw: no mbufs");
         for (uint16_t k = held; k < kBurst; ++k) {
-          auto* d = reinterpret_cast<uint8_t*>(rte_pktmbuf_append(m[k], cfg.size));
-          std::memcpy(d, rs.peer.mac, 6);
-          std::memcpy(d + 6, rs.me.data(), 6);
-          d[12] = kRawEtherType >> 8;
-          d[13] = kRawEtherType & 0xFF;
-          std::memcpy(d + 14, &seq, 8);
-          ++seq;
+          raw_header(reinterpret_cast<uint8_t*>(rte_pktmbuf_append(m[k], cfg.size)), rs, seq++);
         }
         held = kBurst;
       }
@@ -1246,10 +1245,8 @@ int run_raw_bw(const Opts& o, engine::Embedded& node) {
       const uint16_t n = rte_eth_rx_burst(rs.pid, 0, rx, kBurst);
       if (n == 0) return;
       uint16_t ours = 0;
-      for (uint16_t k = 0; k < n; ++k) {
-        const auto* d = rte_pktmbuf_mtod(rx[k], const uint8_t*);
-        ours += rx[k]->data_len >= 14 && ((d[12] << 8) | d[13]) == kRawEtherType;
-      }
+      uint64_t seq;
+      for (uint16_t k = 0; k < n; ++k) ours += raw_is_ours(rx[k], &seq);
       rte_pktmbuf_free_bulk(rx, n);
       if (ours == 0) return;
       received += ours;
